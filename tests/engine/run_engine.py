@@ -1,0 +1,109 @@
+"""Run vLLM's in-process engine once, as a test fixture does, in a fresh process.
+
+Usage: ``python run_engine.py SPEC.json OUT.json``. SPEC holds ``engine`` (EngineArgs
+keyword arguments), ``requests`` (a list of ``{"prompt_token_ids": [...],
+"max_tokens": N, "ignore_eos": bool}``), and optionally ``abort_after_steps``
+(``{request index: step}``: abort that request once that many engine steps ran)
+and ``step_limit``. OUT gets each request's output token ids, finish reason, the
+preemption count and, in proxima mode, the slot pool's state after the run.
+
+A fresh process per engine keeps vLLM's process-global state (distributed
+init, compile caches, plugins) from leaking between proxima on and off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+
+
+def main(spec_path: str, out_path: str) -> None:
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    with open(spec_path) as f:
+        spec: dict[str, Any] = json.load(f)
+    t0 = time.perf_counter()
+    engine = LLMEngine.from_engine_args(EngineArgs(**spec["engine"]))
+    init_s = time.perf_counter() - t0
+    scheduler = engine.engine_core.engine_core.scheduler
+
+    preemptions = {"n": 0}
+    original_preempt = scheduler._preempt_request
+
+    def counting_preempt(request: Any, *args: Any, **kwargs: Any) -> Any:
+        preemptions["n"] += 1
+        return original_preempt(request, *args, **kwargs)
+
+    scheduler._preempt_request = counting_preempt
+
+    aborts = {int(k): int(v) for k, v in spec.get("abort_after_steps", {}).items()}
+    outputs: dict[str, dict[str, Any]] = {}
+    for i, req in enumerate(spec["requests"]):
+        params = SamplingParams(
+            temperature=0.0,
+            max_tokens=req["max_tokens"],
+            ignore_eos=req.get("ignore_eos", True),
+            detokenize=False,
+        )
+        engine.add_request(str(i), {"prompt_token_ids": req["prompt_token_ids"]}, params)
+
+    steps = 0
+    step_limit = spec.get("step_limit", 100_000)
+    max_running = 0
+    while engine.has_unfinished_requests() and steps < step_limit:
+        for out in engine.step():
+            if out.finished:
+                outputs[out.request_id] = {
+                    "token_ids": list(out.outputs[0].token_ids),
+                    "finish_reason": out.outputs[0].finish_reason,
+                }
+        steps += 1
+        max_running = max(max_running, len(scheduler.running))
+        due = [str(i) for i, s in aborts.items() if s == steps]
+        if due:
+            engine.abort_request(due)
+            for rid in due:
+                outputs.setdefault(rid, {"token_ids": None, "finish_reason": "aborted"})
+
+    result: dict[str, Any] = {
+        "outputs": outputs,
+        "steps": steps,
+        "preemptions": preemptions["n"],
+        "max_running": max_running,
+        "init_s": round(init_s, 2),
+        "unfinished": engine.has_unfinished_requests(),
+        "scheduler_cls": type(scheduler).__name__,
+        "block_size": engine.vllm_config.cache_config.block_size,
+    }
+    manager = scheduler.kv_cache_manager
+    pool = getattr(manager, "pool", None)
+    if pool is not None:
+        pool.check_invariants()
+        result["pool"] = {
+            "num_usable": int(pool.num_usable),
+            "num_free": int(pool.num_free),
+            "num_used": int(pool.num_used),
+            "requests_holding_slots": len(manager.req_slots),
+        }
+    else:
+        result["usage"] = manager.usage
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+    sys.stdout.flush()
+    os._exit(0)  # skip slow engine teardown
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,105 @@
+"""ProximaConfig: every ``--proxima*`` option, validated once, with clear errors.
+
+The options travel from the command line (or ``ProximaEngineArgs`` /
+``enable_proxima``) to every engine process inside
+``VllmConfig.additional_config["proxima"]`` as a plain dict, so they survive
+pickling and msgspec on the way to the engine core and workers. Each process
+rebuilds the typed config with :meth:`ProximaConfig.from_vllm_config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any
+
+CONFIG_KEY = "proxima"
+MODE_ENV = "PROXIMA_MODE"
+"""Environment variable giving the default mode (``on``/``off``) when no flag says."""
+
+MODES = ("on", "off")
+ADMISSION_POLICIES = ("stock", "conservative", "adaptive")
+
+
+class ProximaConfigError(ValueError):
+    """A ``--proxima*`` option has a bad value or conflicts with another flag."""
+
+
+@dataclass(slots=True, frozen=True)
+class ProximaConfig:
+    """Options of proxima mode.
+
+    Attributes:
+        mode: ``on`` (token-granular KV manager, the distribution's default) or
+            ``off`` (upstream vLLM behaviour, same install).
+        admission: admission policy for waiting requests: ``stock`` (upstream's:
+            admit while slots are free), ``conservative`` (admit only if every
+            resident request can reach its ``max_tokens``), ``adaptive``
+            (projected peak with a learned output-length estimate).
+        overcommit: for ``adaptive``, the fraction of the pool the projected peak
+            may exceed (0.0-0.5).
+        debug_invariants: check the slot pool's invariants after every change
+            (slow; for tests and debugging).
+    """
+
+    mode: str = "on"
+    admission: str = "adaptive"
+    overcommit: float = 0.0
+    debug_invariants: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ProximaConfigError(
+                f"--proxima must be one of {', '.join(MODES)}; got {self.mode!r}"
+            )
+        if self.admission not in ADMISSION_POLICIES:
+            raise ProximaConfigError(
+                "--proxima-admission must be one of "
+                f"{', '.join(ADMISSION_POLICIES)}; got {self.admission!r}"
+            )
+        if not isinstance(self.overcommit, (int, float)) or not (
+            0.0 <= float(self.overcommit) <= 0.5
+        ):
+            raise ProximaConfigError(
+                "--proxima-overcommit must be a number in [0.0, 0.5]; "
+                f"got {self.overcommit!r}"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode == "on"
+
+    @classmethod
+    def from_dict(cls, options: dict[str, Any] | None) -> ProximaConfig:
+        """Build from a plain dict, rejecting unknown keys by name."""
+        options = dict(options or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ProximaConfigError(
+                f"unknown proxima option(s): {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        if "mode" not in options:
+            options["mode"] = default_mode()
+        return cls(**options)
+
+    @classmethod
+    def from_vllm_config(cls, vllm_config: Any) -> ProximaConfig:
+        """The config carried in ``vllm_config.additional_config``."""
+        additional = getattr(vllm_config, "additional_config", None) or {}
+        return cls.from_dict(additional.get(CONFIG_KEY))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def default_mode() -> str:
+    """Mode used when no flag or option names one: ``$PROXIMA_MODE`` or ``on``."""
+    mode = os.environ.get(MODE_ENV, "on").strip().lower() or "on"
+    if mode not in MODES:
+        raise ProximaConfigError(
+            f"${MODE_ENV} must be one of {', '.join(MODES)}; got {mode!r}"
+        )
+    return mode

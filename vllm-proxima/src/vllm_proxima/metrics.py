@@ -1,0 +1,105 @@
+"""``proxima:*`` Prometheus metrics beside vLLM's ``vllm:*``.
+
+The scheduler (engine core) puts its figures into
+``SchedulerStats.plugin_stats["proxima"]``; this stat-logger plugin
+(``vllm.stat_logger_plugins``, front-end process) exports them on the same
+``/metrics`` endpoint. Gauges mirror the current value; counters are fed the
+increase of the engine's cumulative totals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm.v1.metrics.loggers import StatLoggerBase
+
+# stats key -> (metric name, kind, help)
+METRICS: dict[str, tuple[str, str, str]] = {
+    "slots_total": ("proxima:kv_slots_total", "gauge", "Usable 1-token KV slots."),
+    "slots_used": ("proxima:kv_slots_used", "gauge", "KV slots held by requests."),
+    "slots_free": ("proxima:kv_slots_free", "gauge", "Free KV slots."),
+    "slot_utilization": (
+        "proxima:kv_slot_utilization",
+        "gauge",
+        "Fraction of usable KV slots held by requests.",
+    ),
+    "stranded_block16": (
+        "proxima:kv_block16_stranded_slots",
+        "gauge",
+        "Slots that block-16 rounding would leave empty for the requests "
+        "resident now (what token granularity saves).",
+    ),
+    "preemptions": (
+        "proxima:preemptions_total",
+        "counter",
+        "Requests preempted by proxima's scheduler.",
+    ),
+    "admissions_deferred": (
+        "proxima:admissions_deferred_total",
+        "counter",
+        "Times a waiting request was held back by the admission policy.",
+    ),
+    "projected_peak_slots": (
+        "proxima:projected_peak_slots",
+        "gauge",
+        "Projected peak slot demand of the resident requests.",
+    ),
+}
+
+_LABELS = ["model_name", "engine"]
+_collectors: dict[str, Any] = {}
+
+
+def _collector(key: str) -> tuple[Any, str]:
+    """The Prometheus collector for a stats key (created once per process)."""
+    import prometheus_client
+
+    name, kind, doc = METRICS.get(
+        key, (f"proxima:{key}", "gauge", f"proxima scheduler figure {key!r}.")
+    )
+    if key not in _collectors:
+        cls = prometheus_client.Counter if kind == "counter" else prometheus_client.Gauge
+        metric_name = name[: -len("_total")] if kind == "counter" else name
+        _collectors[key] = cls(metric_name, doc, labelnames=_LABELS)
+    return _collectors[key], kind
+
+
+class ProximaStatLogger(StatLoggerBase):
+    """Exports ``plugin_stats["proxima"]`` as ``proxima:*`` metrics."""
+
+    def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+        self.engine_index = engine_index
+        self.model_name = vllm_config.model_config.served_model_name
+        self._last_totals: dict[str, float] = {}
+
+    def record(
+        self,
+        scheduler_stats: Any,
+        iteration_stats: Any,
+        mm_cache_stats: Any = None,
+        engine_idx: int = 0,
+    ) -> None:
+        if scheduler_stats is None:
+            return
+        plugin_stats = getattr(scheduler_stats, "plugin_stats", None) or {}
+        stats = plugin_stats.get("proxima")
+        if not stats:
+            return
+        stats = dict(stats)
+        total = stats.get("slots_total") or 0
+        if total:
+            stats["slot_utilization"] = stats.get("slots_used", 0) / total
+        labels = (self.model_name, str(engine_idx))
+        for key, value in stats.items():
+            collector, kind = _collector(key)
+            child = collector.labels(*labels)
+            if kind == "counter":
+                seen = self._last_totals.get(f"{engine_idx}:{key}", 0.0)
+                if value > seen:
+                    child.inc(value - seen)
+                self._last_totals[f"{engine_idx}:{key}"] = float(value)
+            else:
+                child.set(value)
+
+    def log_engine_initialized(self) -> None:
+        return None

@@ -1,0 +1,141 @@
+"""The proxima scheduler: upstream's scheduler over the token-granular KV manager.
+
+vLLM builds the scheduler named by ``--scheduler-cls``; proxima mode names
+:func:`proxima_scheduler`, which returns the synchronous or the asynchronous
+variant to match ``async_scheduling`` (upstream picks ``AsyncScheduler`` the
+same way when no class is named). Both variants share
+:class:`ProximaSchedulerMixin`, which overrides only the extension points the
+patch series adds to upstream's ``Scheduler``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from vllm_proxima.config import ProximaConfig
+from vllm_proxima.kv.manager import ProximaKVCacheManager
+from vllm_proxima.scheduling.admission import AdmissionPolicy, make_admission_policy
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+
+class ProximaConfigUnsupported(ValueError):
+    """The model or configuration cannot run in proxima mode (yet)."""
+
+
+def check_kv_cache_config(kv_cache_config: KVCacheConfig, block_size: int) -> None:
+    """Proxima mode runs one full-attention KV cache group of 1-token pages."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+    groups = kv_cache_config.kv_cache_groups
+    if len(groups) != 1:
+        raise ProximaConfigUnsupported(
+            f"proxima mode supports models with one KV cache group; this model "
+            f"has {len(groups)} (hybrid, sliding-window or cross-attention "
+            "layers). Use --proxima off."
+        )
+    spec = groups[0].kv_cache_spec
+    if not isinstance(spec, FullAttentionSpec) or isinstance(spec, SlidingWindowSpec):
+        raise ProximaConfigUnsupported(
+            f"proxima mode supports full attention only; this model's KV cache "
+            f"is {type(spec).__name__}. Use --proxima off."
+        )
+    if getattr(spec, "sliding_window", None):
+        raise ProximaConfigUnsupported(
+            "proxima mode does not support sliding-window attention yet. "
+            "Use --proxima off."
+        )
+    if spec.block_size != 1 or block_size != 1:
+        raise ProximaConfigUnsupported(
+            f"proxima mode needs block size 1, got {spec.block_size}: the engine "
+            "config was not prepared by vllm_proxima.engine_args"
+        )
+
+
+class ProximaSchedulerMixin:
+    """Overrides of the scheduler extension points for proxima mode."""
+
+    kv_cache_manager: ProximaKVCacheManager
+    running: list[Request]
+    proxima_config: ProximaConfig
+    admission: AdmissionPolicy
+
+    def _make_kv_cache_manager(self, **kwargs: Any) -> ProximaKVCacheManager:  # type: ignore[override]
+        vllm_config: VllmConfig = self.vllm_config  # type: ignore[attr-defined]
+        self.proxima_config = ProximaConfig.from_vllm_config(vllm_config)
+        kv_cache_config = kwargs["kv_cache_config"]
+        check_kv_cache_config(kv_cache_config, kwargs["scheduler_block_size"])
+        _check_model_runner(vllm_config)
+        manager = ProximaKVCacheManager(
+            num_slots=kv_cache_config.num_blocks,
+            max_model_len=kwargs["max_model_len"],
+            log_stats=kwargs.get("log_stats", False),
+            watermark=kwargs.get("watermark", 0.0),
+            debug=self.proxima_config.debug_invariants,
+        )
+        self.admission = make_admission_policy(self.proxima_config, manager)
+        return manager
+
+    def _admission_decision(  # type: ignore[override]
+        self, request: Request, num_new_tokens: int, num_computed_tokens: int
+    ) -> Literal["admit", "skip", "stop"]:
+        return self.admission.decide(
+            request, num_new_tokens, num_computed_tokens, self.running
+        )
+
+    def _pop_preemption_victim(self, req_index: int) -> Request:  # type: ignore[override]
+        victim_index = self.admission.pick_victim(self.running, req_index)
+        victim = self.running.pop(victim_index)
+        self.admission.on_preempt(victim)
+        return victim
+
+    def _make_plugin_stats(self) -> dict[str, Any] | None:  # type: ignore[override]
+        manager = self.kv_cache_manager
+        pool = manager.pool
+        stats = {
+            "slots_total": pool.num_usable,
+            "slots_used": pool.num_used,
+            "slots_free": pool.num_free,
+            "stranded_block16": manager.stranded_by_block16(),
+        }
+        stats.update(self.admission.stats())
+        return {"proxima": stats}
+
+
+def _check_model_runner(vllm_config: VllmConfig) -> None:
+    """Model Runner V1 copies the whole block table to the GPU every step; with
+    1-token pages that table is ``max_model_len`` wide, so refuse it on GPUs."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cuda_alike() and not getattr(
+        vllm_config, "use_v2_model_runner", False
+    ):
+        raise ProximaConfigUnsupported(
+            "proxima mode on GPU needs vLLM's Model Runner V2 (it stages only new "
+            "block-table entries); this model/config runs on Model Runner V1 "
+            "(MoE, hybrid or a feature V2 lacks). Use --proxima off."
+        )
+
+
+class ProximaScheduler(ProximaSchedulerMixin, Scheduler):
+    """Synchronous scheduling (``--no-async-scheduling``, and on CPU)."""
+
+
+class ProximaAsyncScheduler(ProximaSchedulerMixin, AsyncScheduler):
+    """Asynchronous scheduling (vLLM's default on GPU)."""
+
+
+def proxima_scheduler(vllm_config: VllmConfig, **kwargs: Any) -> Scheduler:
+    """The value of ``--scheduler-cls`` in proxima mode: picks the variant."""
+    cls = (
+        ProximaAsyncScheduler
+        if vllm_config.scheduler_config.async_scheduling
+        else ProximaScheduler
+    )
+    return cls(vllm_config=vllm_config, **kwargs)
