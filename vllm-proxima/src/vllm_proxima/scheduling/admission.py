@@ -1,12 +1,32 @@
-"""Admission and preemption-victim policies (placeholder: upstream's behaviour).
+"""Admission by projected peak KV use, and the preemption-victim policy.
 
-The full projected-peak policies come with the admission issue; this module
-already owns the interface the scheduler calls.
+Stock vLLM admits a waiting request whenever its prompt fits the free slots;
+running requests then cannot all grow and are recompute-preempted (620 times
+for 1,000 requests on the H200 baseline). Here a request is admitted only if,
+with it, the *projected peak* slot demand of every resident request fits the
+pool (LightLLM's rule): request ``i`` holding ``c_i`` tokens with ``r_i`` tokens
+still to generate holds ``c_i + k`` slots ``k`` decode steps from now while
+``k <= r_i``, so the demand is a step function whose maximum sits at one of the
+``r_j``. With the requests sorted by ``r``, every breakpoint is one vectorised
+suffix sum: O(n log n) per evaluation, done at most a few times per step and
+only while requests wait.
+
+Policies (``--proxima-admission``):
+    stock: upstream's behaviour (admit while slots are free; preempt the newest).
+    conservative: project with ``max_tokens`` (never exceeds it: no preemption
+        from admission, but over-asking clients cost residency).
+    adaptive: project with a learned estimate of the output length as a
+        fraction of ``max_tokens`` (from finished requests), conditioned on
+        what the request already generated, plus ``--proxima-overcommit``.
+        Falls back to ``max_tokens`` until enough requests have finished.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Literal
+
+import numpy as np
 
 if TYPE_CHECKING:
     from vllm.v1.request import Request
@@ -16,15 +36,98 @@ if TYPE_CHECKING:
 
 Decision = Literal["admit", "skip", "stop"]
 
+MAX_SKIPS_PER_STEP = 8
+"""Requests passed over in one step before admission stops (bounds the work)."""
+MAX_DEFERRALS = 64
+"""Steps a request may be passed over before nothing behind it is admitted."""
+PROTECTED_AFTER_PREEMPTIONS = 2
+"""A request preempted this often is chosen as victim only as a last resort."""
+
+
+def projected_peak(held: np.ndarray, remaining: np.ndarray) -> int:
+    """Peak total slots of requests holding ``held`` tokens with ``remaining`` to go.
+
+    Args:
+        held: tokens each request holds (or will hold once its prompt is in).
+        remaining: decode steps each request still needs (>= 0).
+
+    Returns:
+        ``max over k of sum_i [k <= r_i] (c_i + k)``, evaluated at the
+        breakpoints ``k = r_j`` (and ``k = 0``).
+    """
+    if held.size == 0:
+        return 0
+    order = np.argsort(remaining, kind="stable")
+    r = remaining[order].astype(np.int64)
+    c = held[order].astype(np.int64)
+    # Alive at k = r_j: every i with r_i >= r_j, i.e. the suffix from j.
+    suffix_held = np.cumsum(c[::-1])[::-1]
+    alive = np.arange(r.size, 0, -1, dtype=np.int64)
+    demand = suffix_held + r * alive
+    return int(max(int(demand.max()), int(c.sum())))
+
+
+class OutputLengthModel:
+    """Learns how much of ``max_tokens`` finished requests used.
+
+    Keeps the last ``window`` ratios ``output_tokens / max_tokens`` (in (0, 1]).
+    The estimate for a request that generated ``g`` of at most ``m`` tokens is
+    ``m`` times the ``quantile`` of the ratios above ``g / m`` (what requests that
+    got this far went on to use); with too few samples it is ``m``.
+    """
+
+    def __init__(
+        self, window: int = 2048, min_samples: int = 32, quantile: float = 0.9
+    ) -> None:
+        self.ratios: deque[float] = deque(maxlen=window)
+        self.min_samples = min_samples
+        self.quantile = quantile
+        self._sorted: np.ndarray | None = None
+
+    def observe(self, output_tokens: int, max_tokens: int) -> None:
+        if max_tokens > 0 and output_tokens > 0:
+            self.ratios.append(min(1.0, output_tokens / max_tokens))
+            self._sorted = None
+
+    @property
+    def ready(self) -> bool:
+        return len(self.ratios) >= self.min_samples
+
+    def final_lengths(self, generated: np.ndarray, max_tokens: np.ndarray) -> np.ndarray:
+        """Projected final output lengths (vectorised over requests)."""
+        if not self.ready:
+            return max_tokens.copy()
+        if self._sorted is None:
+            self._sorted = np.sort(np.fromiter(self.ratios, dtype=np.float64))
+        ratios = self._sorted
+        n = ratios.size
+        done = generated / np.maximum(max_tokens, 1)
+        # Ratios above what each request already used: ratios[first:].
+        first = np.searchsorted(ratios, done, side="right")
+        left = n - first
+        pick = first + np.floor(self.quantile * np.maximum(left - 1, 0)).astype(np.int64)
+        est = np.where(left > 0, ratios[np.minimum(pick, n - 1)], 1.0)
+        final = np.ceil(est * max_tokens).astype(np.int64)
+        # Never below what is already generated (+1 for the next token).
+        return np.clip(final, np.minimum(generated + 1, max_tokens), max_tokens)
+
 
 class AdmissionPolicy:
-    """Upstream's policy: admit while slots are free; preempt the newest."""
+    """Upstream's behaviour: admit while slots are free; preempt the newest."""
 
     name = "stock"
 
-    def __init__(self, manager: ProximaKVCacheManager) -> None:
+    def __init__(self, manager: ProximaKVCacheManager, overcommit: float = 0.0) -> None:
         self.manager = manager
+        self.overcommit = overcommit
         self.num_preemptions = 0
+        self.num_deferred = 0
+        self.last_projected_peak = 0
+        self.lengths = OutputLengthModel()
+
+    # -- scheduler hooks -------------------------------------------------
+    def begin_step(self) -> None:
+        """Called at the start of every scheduling step."""
 
     def decide(
         self,
@@ -42,11 +145,115 @@ class AdmissionPolicy:
     def on_preempt(self, request: Request) -> None:
         self.num_preemptions += 1
 
+    def on_finish(self, request: Request) -> None:
+        """A request finished normally (not aborted): learn from it."""
+        self.lengths.observe(request.num_output_tokens, request.max_tokens)
+
     def stats(self) -> dict[str, float]:
-        return {"preemptions": self.num_preemptions}
+        return {
+            "preemptions": self.num_preemptions,
+            "admissions_deferred": self.num_deferred,
+            "projected_peak_slots": self.last_projected_peak,
+        }
+
+
+class ProjectedPeakPolicy(AdmissionPolicy):
+    """Admit only while the projected peak of all resident requests fits."""
+
+    name = "conservative"
+
+    def __init__(
+        self,
+        manager: ProximaKVCacheManager,
+        overcommit: float = 0.0,
+        learn: bool = False,
+    ) -> None:
+        super().__init__(manager, overcommit)
+        self.learn = learn
+        if learn:
+            self.name = "adaptive"
+        self._held: np.ndarray | None = None
+        self._remaining: np.ndarray | None = None
+        self._skips = 0
+        self._deferrals: dict[str, int] = {}
+
+    def begin_step(self) -> None:
+        self._held = None
+        self._skips = 0
+
+    def _capacity(self) -> int:
+        pool = self.manager.pool
+        usable = pool.num_usable - self.manager.watermark_slots
+        return int(usable * (1.0 + (self.overcommit if self.learn else 0.0)))
+
+    def _project(self, requests: list[Request]) -> tuple[np.ndarray, np.ndarray]:
+        n = len(requests)
+        held = np.fromiter((r.num_tokens for r in requests), np.int64, n)
+        generated = np.fromiter((r.num_output_tokens for r in requests), np.int64, n)
+        max_tokens = np.fromiter((r.max_tokens for r in requests), np.int64, n)
+        if self.learn:
+            final = self.lengths.final_lengths(generated, max_tokens)
+        else:
+            final = max_tokens
+        remaining = np.maximum(final - generated, 0)
+        # A request never outgrows the model length.
+        max_len = self.manager.max_model_len
+        remaining = np.minimum(remaining, np.maximum(max_len - held, 0))
+        return held, remaining
+
+    def decide(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_computed_tokens: int,
+        running: list[Request],
+    ) -> Decision:
+        if self._held is None:
+            self._held, self._remaining = self._project(running)
+        assert self._remaining is not None
+        cand_held, cand_rem = self._project([request])
+        held = np.concatenate((self._held, cand_held))
+        remaining = np.concatenate((self._remaining, cand_rem))
+        peak = projected_peak(held, remaining)
+        if peak <= self._capacity() or not running:
+            self._held, self._remaining = held, remaining
+            self.last_projected_peak = peak
+            self._deferrals.pop(request.request_id, None)
+            return "admit"
+        self.num_deferred += 1
+        waited = self._deferrals.get(request.request_id, 0) + 1
+        self._deferrals[request.request_id] = waited
+        self._skips += 1
+        if waited > MAX_DEFERRALS or self._skips >= MAX_SKIPS_PER_STEP:
+            # The head has waited long enough: admit nothing behind it.
+            return "stop"
+        return "skip"
+
+    def pick_victim(self, running: list[Request], req_index: int) -> int:
+        """The unscheduled request whose KV is cheapest to recompute, sparing
+        requests already preempted often (no starvation)."""
+        candidates = range(req_index, len(running))
+        if len(candidates) <= 1:
+            return len(running) - 1
+
+        def cost(i: int) -> tuple[int, int, int]:
+            r = running[i]
+            protected = int(r.num_preemptions >= PROTECTED_AFTER_PREEMPTIONS)
+            return (protected, r.num_computed_tokens, -i)
+
+        return min(candidates, key=cost)
+
+    def on_finish(self, request: Request) -> None:
+        super().on_finish(request)
+        self._deferrals.pop(request.request_id, None)
 
 
 def make_admission_policy(
     config: ProximaConfig, manager: ProximaKVCacheManager
 ) -> AdmissionPolicy:
-    return AdmissionPolicy(manager)
+    """The policy named by ``--proxima-admission``."""
+    if config.admission == "stock":
+        return AdmissionPolicy(manager)
+    if config.admission == "conservative":
+        return ProjectedPeakPolicy(manager)
+    return ProjectedPeakPolicy(manager, overcommit=config.overcommit, learn=True)

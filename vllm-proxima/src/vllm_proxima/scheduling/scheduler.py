@@ -82,6 +82,17 @@ class ProximaSchedulerMixin:
         self.admission = make_admission_policy(self.proxima_config, manager)
         return manager
 
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        self.admission.begin_step()
+        return super().schedule(*args, **kwargs)  # type: ignore[misc]
+
+    def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        from vllm.v1.request import RequestStatus
+
+        if request.status != RequestStatus.FINISHED_ABORTED:
+            self.admission.on_finish(request)
+        return super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
+
     def _admission_decision(  # type: ignore[override]
         self, request: Request, num_new_tokens: int, num_computed_tokens: int
     ) -> Literal["admit", "skip", "stop"]:

@@ -1,0 +1,286 @@
+"""Drive vLLM's real scheduler with a fake model: scheduling behaviour on a CPU.
+
+The scheduler (stock ``Scheduler`` at block size 16, or proxima's at block size
+1) runs unchanged; only the model is replaced by "every scheduled request whose
+prompt is complete samples one token". Scheduling is deterministic given the
+workload, so preemptions, recomputed tokens and residency per step match what
+the same workload produces on a GPU with synchronous scheduling. Time is
+counted in steps, not seconds.
+
+``python -m vllm_proxima.bench.simulate --model models/tiny-llama --kv-slots 16384``
+prints one JSON line per configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class Workload:
+    """Requests submitted at step 0 (``arrival_step`` optional)."""
+
+    prompt_lens: list[int]
+    output_lens: list[int]
+    max_tokens: list[int]
+    arrival_steps: list[int] = field(default_factory=list)
+
+    @classmethod
+    def uniform(
+        cls,
+        n: int = 1000,
+        prompt: tuple[int, int] = (50, 200),
+        output: tuple[int, int] = (32, 256),
+        max_tokens_factor: float = 1.0,
+        seed: int = 0,
+    ) -> Workload:
+        """The brief's baseline: prompt U[50,200], output U[32,256], all at once."""
+        rng = np.random.default_rng(seed)
+        plens = rng.integers(prompt[0], prompt[1] + 1, size=n).tolist()
+        olens = rng.integers(output[0], output[1] + 1, size=n).tolist()
+        maxt = [int(np.ceil(o * max_tokens_factor)) for o in olens]
+        return cls(plens, olens, maxt, [0] * n)
+
+
+@dataclass(slots=True)
+class SimResult:
+    name: str
+    steps: int
+    finished: int
+    preemptions: int
+    recomputed_tokens: int
+    running_max: int
+    running_mean: float
+    peak_slots_used: int
+    capacity_slots: int
+    output_tokens: int
+    scheduler_s: float
+    per_step_us: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_scheduler(
+    model: str,
+    proxima: dict[str, Any] | None,
+    kv_slots: int,
+    max_num_seqs: int = 1024,
+    max_num_batched_tokens: int = 2048,
+    max_model_len: int = 4096,
+) -> Any:
+    """A scheduler as the engine builds it: stock (``proxima=None``) at block
+    size 16, else proxima's at block size 1, over ``kv_slots`` token slots."""
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+    )
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    block_size = 1 if proxima is not None else 16
+    num_blocks = kv_slots // block_size
+    model_config = ModelConfig(model=model, dtype="float32", seed=0, max_model_len=max_model_len)
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=True,
+        async_scheduling=False,
+        is_encoder_decoder=False,
+        watermark=0.0,
+    )
+    cache_config = CacheConfig(
+        block_size=block_size, cache_dtype="auto", enable_prefix_caching=False
+    )
+    additional = {"proxima": {"mode": "on", **proxima}} if proxima is not None else {
+        "proxima": {"mode": "off"}
+    }
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config,
+        model_config=model_config,
+        cache_config=cache_config,
+        additional_config=additional,
+    )
+    spec = FullAttentionSpec(
+        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    cache_config.num_gpu_blocks = num_blocks
+    register_all_kvcache_specs(vllm_config)
+    kwargs = dict(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        block_size=block_size,
+        log_stats=True,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+    )
+    if proxima is None:
+        scheduler = Scheduler(**kwargs)
+    else:
+        from vllm_proxima.scheduling.scheduler import ProximaScheduler
+
+        scheduler = ProximaScheduler(**kwargs)
+    scheduler.use_v2_model_runner = False
+    return scheduler
+
+
+def simulate(
+    scheduler: Any, workload: Workload, name: str, step_limit: int = 200_000
+) -> SimResult:
+    """Run the workload to completion; returns counts per run."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    rng = np.random.default_rng(1)
+    pending = sorted(
+        range(len(workload.prompt_lens)),
+        key=lambda i: (workload.arrival_steps[i] if workload.arrival_steps else 0, i),
+    )
+    arrival = workload.arrival_steps or [0] * len(pending)
+    targets: dict[str, int] = {}
+    preemptions = 0
+    recomputed = 0
+    original_preempt = scheduler._preempt_request
+
+    def counting_preempt(request: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal preemptions, recomputed
+        preemptions += 1
+        recomputed += request.num_computed_tokens
+        return original_preempt(request, *args, **kwargs)
+
+    scheduler._preempt_request = counting_preempt
+    running_sum = 0
+    running_max = 0
+    peak_used = 0
+    finished = 0
+    output_tokens = 0
+    step = 0
+    sched_s = 0.0
+    next_pending = 0
+    while step < step_limit:
+        while next_pending < len(pending) and arrival[pending[next_pending]] <= step:
+            i = pending[next_pending]
+            next_pending += 1
+            prompt = rng.integers(3, 1000, size=workload.prompt_lens[i]).tolist()
+            params = SamplingParams(
+                temperature=0.0, max_tokens=workload.max_tokens[i], ignore_eos=True
+            )
+            request = Request(
+                request_id=str(i), prompt_token_ids=prompt, sampling_params=params,
+                pooling_params=None,
+            )
+            targets[str(i)] = workload.output_lens[i]
+            scheduler.add_request(request)
+        if not scheduler.has_unfinished_requests() and next_pending >= len(pending):
+            break
+        t0 = time.perf_counter()
+        out = scheduler.schedule()
+        req_ids: list[str] = []
+        sampled: list[list[int]] = []
+        stop_ids: list[str] = []
+        for rid in out.num_scheduled_tokens:
+            request = scheduler.requests[rid]
+            req_ids.append(rid)
+            if request.num_computed_tokens >= request.num_tokens:
+                sampled.append([7])
+                if request.num_output_tokens + 1 >= targets[rid]:
+                    stop_ids.append(rid)
+            else:
+                sampled.append([])  # a prefill chunk: nothing sampled yet
+        model_output = ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={r: j for j, r in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            logprobs=None,
+            prompt_logprobs_dict={},
+            pooler_output=[],
+        )
+        scheduler.update_from_output(out, model_output)
+        # Requests whose true output ends before max_tokens stop "on EOS".
+        early = [r for r in stop_ids if r in scheduler.requests]
+        if early:
+            from vllm.v1.request import RequestStatus
+
+            scheduler.finish_requests(early, RequestStatus.FINISHED_STOPPED)
+        sched_s += time.perf_counter() - t0
+        finished += len(stop_ids)
+        output_tokens += sum(1 for t in sampled if t)
+        n_running = len(scheduler.running)
+        running_sum += n_running
+        running_max = max(running_max, n_running)
+        manager = scheduler.kv_cache_manager
+        if hasattr(manager, "pool"):
+            used = manager.pool.num_used
+        else:
+            used = (manager.block_pool.num_gpu_blocks - 1 - manager.block_pool.get_num_free_blocks()) * 16
+        peak_used = max(peak_used, used)
+        step += 1
+    capacity = (
+        scheduler.kv_cache_manager.pool.num_usable
+        if hasattr(scheduler.kv_cache_manager, "pool")
+        else (scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1) * 16
+    )
+    return SimResult(
+        name=name,
+        steps=step,
+        finished=finished,
+        preemptions=preemptions,
+        recomputed_tokens=recomputed,
+        running_max=running_max,
+        running_mean=round(running_sum / max(step, 1), 2),
+        peak_slots_used=peak_used,
+        capacity_slots=capacity,
+        output_tokens=output_tokens,
+        scheduler_s=round(sched_s, 3),
+        per_step_us=round(1e6 * sched_s / max(step, 1), 1),
+    )
+
+
+CONFIGS: dict[str, dict[str, Any] | None] = {
+    "stock": None,
+    "proxima-stock": {"admission": "stock"},
+    "proxima-conservative": {"admission": "conservative"},
+    "proxima-adaptive": {"admission": "adaptive"},
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="models/tiny-llama")
+    parser.add_argument("--kv-slots", type=int, default=16384)
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--max-tokens-factor", type=float, default=1.0)
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--max-num-seqs", type=int, default=1024)
+    parser.add_argument("--overcommit", type=float, default=None)
+    args = parser.parse_args(argv)
+    workload = Workload.uniform(args.requests, max_tokens_factor=args.max_tokens_factor)
+    for name in args.configs.split(","):
+        proxima = CONFIGS[name]
+        if proxima is not None and args.overcommit is not None:
+            proxima = {**proxima, "overcommit": args.overcommit}
+        scheduler = make_scheduler(
+            args.model, proxima, args.kv_slots, max_num_seqs=args.max_num_seqs
+        )
+        result = simulate(scheduler, workload, name)
+        print(json.dumps(result.to_dict()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
