@@ -44,7 +44,7 @@ DEFAULT_MODEL = HERE / "models" / "llama-2-7b"
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--engine", required=True, choices=["stock-fa3", "stock-triton", "proxima"])
-    p.add_argument("--runs", default="base")
+    p.add_argument("--runs", default="base", help="comma-separated; 'run:policy+policy' picks policies per run")
     p.add_argument("--policies", default="adaptive", help="proxima: admission policies, run each")
     p.add_argument("--model", default=str(DEFAULT_MODEL))
     p.add_argument("--kv-bytes", type=int, default=8 * 1024**3)
@@ -309,8 +309,13 @@ def main(argv: list[str] | None = None) -> None:
     with open(Path(a.out_dir) / "engines.jsonl", "a") as f:
         f.write(json.dumps({"engine": a.engine, "tag": a.tag, **info}) + "\n")
     prompts, olens = workload(a.num_requests, a.seed, vocab=a.vocab)
-    policies = a.policies.split(",") if a.engine == "proxima" else [None]
-    for run in a.runs.split(","):
+    default_policies = a.policies.split(",")
+    for spec in a.runs.split(","):
+        # "run" or "run:policy+policy" (proxima only).
+        run, _, named = spec.partition(":")
+        policies: list[str | None] = [None]
+        if a.engine == "proxima":
+            policies = list(named.split("+") if named else default_policies)
         for policy in policies:
             if time.perf_counter() - t0 > a.budget_s:
                 print(f"SKIPPED {a.engine} {run} {policy}: budget", flush=True)

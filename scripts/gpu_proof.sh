@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The GPU proof plans, run on the device machine after scripts/gpu_device.sh setup.
+#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | smoke
+# Each engine runs in its own process under a time cap; everything lands in /tmp/proof-PLAN and is
+# packed into $OUT/proof-PLAN.tgz (plus results.jsonl and the log uncompressed) because only a few
+# files come back from a device call. BUDGET_S bounds the whole plan (default 560 s).
+set -uo pipefail
+PLAN=${1:?plan}
+OUTD=${OUT:-/tmp/out}
+W=/tmp/proof-$PLAN
+mkdir -p "$W" "$OUTD"
+T0=$(date +%s)
+BUDGET_S=${BUDGET_S:-560}
+eval "$(bash scripts/gpu_device.sh env)"
+export PYTHONPATH=$PWD/vllm-proxima/src:$PYTHONPATH   # this checkout's vllm_proxima wins over the bundle's
+LOG=$W/log.txt
+
+left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
+
+engine() {  # engine NAME CAP ARGS...
+  local name=$1 cap=$2; shift 2
+  local l; l=$(left)
+  if [ "$l" -lt 60 ]; then echo "SKIPPED $name: ${l}s left" | tee -a "$LOG"; return; fi
+  [ "$cap" -gt "$l" ] && cap=$l
+  echo "=== $name (cap ${cap}s): $*" | tee -a "$LOG"
+  local ts; ts=$(date +%s)
+  timeout -k 5 "$cap" python3 -m vllm_proxima.bench.engine_ab --out-dir "$W" --budget-s $((cap - 40)) "$@" \
+    > "$W/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name rc=$rc took $(( $(date +%s) - ts ))s" | tee -a "$LOG"
+  grep -E "^(ENGINE|RESULT|SKIPPED)" "$W/$name.log" | cut -c1-900
+  grep -E "Using .* backend|GPU KV cache size|Graph capturing finished|init engine|torch.compile t" "$W/$name.log" | cut -c1-200 | head -6
+  if [ $rc -ne 0 ]; then echo "--- tail of $name.log"; tail -30 "$W/$name.log" | cut -c1-400; fi
+}
+
+python3 -c "import vllm, vllm_proxima, torch; print('vllm', vllm.__version__, vllm.__file__, 'proxima', vllm_proxima.__version__, 'torch', torch.__version__)" 2>&1 | tail -1
+nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader
+
+case $PLAN in
+  smoke)
+    engine proxima-smoke 200 --engine proxima --runs base --policies adaptive --num-requests 200 --tag smoke
+    ;;
+  a)
+    engine proxima-a 330 --engine proxima --runs base:adaptive+conservative+stock,mt4:adaptive,overload:adaptive --tag a
+    engine stock-fa3-a 230 --engine stock-fa3 --runs base,mt4,overload --tag a
+    ;;
+  b)
+    echo "=== kernels" | tee -a "$LOG"
+    timeout -k 5 150 python3 -m vllm_proxima.bench.kernels --out "$W/kernels.jsonl" > "$W/kernels.log" 2>&1
+    echo "kernels rc=$?"; grep KERNEL "$W/kernels.log" | cut -c1-300; tail -3 "$W/kernels.log" | cut -c1-300
+    engine stock-triton-b 150 --engine stock-triton --runs base,parity --tag b
+    engine proxima-b 220 --engine proxima --runs parity:stock,mt1.5:adaptive+conservative,mt4:conservative --tag b
+    engine stock-fa3-b 120 --engine stock-fa3 --runs mt1.5 --tag b
+    ;;
+  *) echo "unknown plan $PLAN"; exit 1 ;;
+esac
+cp "$W/results.jsonl" "$OUTD/results-$PLAN.jsonl" 2>/dev/null
+cp "$LOG" "$OUTD/log-$PLAN.txt" 2>/dev/null
+tar czf "$OUTD/proof-$PLAN.tgz" -C "$W" . 2>/dev/null
+echo "plan $PLAN took $(( $(date +%s) - T0 ))s"
