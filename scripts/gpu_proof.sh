@@ -35,6 +35,11 @@ engine() {  # engine NAME CAP ARGS...
 
 python3 -c "import vllm, vllm_proxima, torch; print('vllm', vllm.__version__, vllm.__file__, 'proxima', vllm_proxima.__version__, 'torch', torch.__version__)" 2>&1 | tail -1
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader
+# Clocks, temperature and power every second, to tell machine drift from real differences.
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu \
+  --format=csv -l 1 > "$W/gpu-monitor.csv" 2>/dev/null &
+MON=$!
+trap 'kill $MON 2>/dev/null' EXIT
 
 case $PLAN in
   smoke)
@@ -46,11 +51,11 @@ case $PLAN in
     ;;
   b)
     echo "=== kernels" | tee -a "$LOG"
-    timeout -k 5 150 python3 -m vllm_proxima.bench.kernels --out "$W/kernels.jsonl" > "$W/kernels.log" 2>&1
+    timeout -k 5 100 python3 -m vllm_proxima.bench.kernels --out "$W/kernels.jsonl" > "$W/kernels.log" 2>&1
     echo "kernels rc=$?"; grep KERNEL "$W/kernels.log" | cut -c1-300; tail -3 "$W/kernels.log" | cut -c1-300
-    engine stock-triton-b 150 --engine stock-triton --runs base,parity --tag b
-    engine proxima-b 220 --engine proxima --runs parity:stock,mt1.5:adaptive+conservative,mt4:conservative --tag b
-    engine stock-fa3-b 120 --engine stock-fa3 --runs mt1.5 --tag b
+    engine proxima-b 250 --engine proxima --runs base:adaptive,base:adaptive,mt4:adaptive,mt1.5:adaptive,parity:stock --tag b
+    engine stock-fa3-b 110 --engine stock-fa3 --runs base,base --tag b
+    engine stock-triton-b 100 --engine stock-triton --runs base,parity --tag b
     ;;
   *) echo "unknown plan $PLAN"; exit 1 ;;
 esac

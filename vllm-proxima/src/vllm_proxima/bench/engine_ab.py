@@ -171,6 +171,15 @@ class Bench:
             alloc = self.block_size * sum(len(mgr.req_to_blocks.get(r.request_id, ())) for r in running)
         return held, alloc
 
+    def mean_runs(self) -> float | None:
+        """Contiguous runs per request in the pool right now (1 = one run each)."""
+        if not self.proxima or not self.kvm.req_slots:
+            return None
+        from vllm_proxima.kv.slot_pool import SlotPool
+
+        runs = [SlotPool.runs(h.slots) for h in self.kvm.req_slots.values() if h.n]
+        return round(sum(runs) / max(1, len(runs)), 2)
+
     def used_slots(self) -> int:
         if self.proxima:
             return int(self.kvm.pool.num_used)
@@ -194,6 +203,7 @@ class Bench:
             engine.step()
         self.preempt.update(n=0, recomputed=0)
         self.sched_time.update(s=0.0, n=0)
+        self.early_stops = 0
 
         n = len(prompts)
         arrivals = arrivals or [0.0] * n
@@ -202,7 +212,9 @@ class Bench:
         first_t: list[float | None] = [None] * n
         done_t: list[float | None] = [None] * n
         tokens: dict[int, list[int]] = {}
-        ids = {}
+        ids: dict[str, int] = {}
+        runs_samples: list[float] = []
+        internal_ids: dict[str, str] = {}
         stop_early = any(m > o for m, o in zip(max_tokens, olens))
         steps: list[tuple[float, int, int, int, int, int]] = []
         nxt = 0
@@ -214,9 +226,11 @@ class Bench:
                 nxt += 1
                 rid = f"{name}-{i}"
                 ids[rid] = i
-                engine.add_request(rid, {"prompt_token_ids": prompts[i]}, SamplingParams(
-                    temperature=0.0, max_tokens=max_tokens[i], ignore_eos=True, detokenize=False,
-                    output_kind=RequestOutputKind.DELTA))
+                # The engine keys requests by an internal id (its return value).
+                internal_ids[rid] = engine.add_request(
+                    rid, {"prompt_token_ids": prompts[i]}, SamplingParams(
+                        temperature=0.0, max_tokens=max_tokens[i], ignore_eos=True,
+                        detokenize=False, output_kind=RequestOutputKind.DELTA))
             if not engine.has_unfinished_requests():
                 time.sleep(0.0005)
                 continue
@@ -239,9 +253,14 @@ class Bench:
             if to_stop:
                 # As an EOS would: finished (not aborted) in the scheduler, then
                 # the front end forgets them.
-                internal = [r for r in to_stop if r in self.sched.requests]
+                internal = [internal_ids[r] for r in to_stop]
                 self.sched.finish_requests(internal, RequestStatus.FINISHED_STOPPED)
+                self.early_stops += len(internal)
                 engine.abort_request(to_stop)
+            if self.proxima and len(steps) % 50 == 25:
+                r = self.mean_runs()
+                if r is not None:
+                    runs_samples.append(r)
             held, alloc = self.held_and_alloc()
             nw = len(self.sched.waiting) + len(self.sched.skipped_waiting)
             steps.append((round(now, 4), len(self.sched.running), nw, self.used_slots(), held, alloc))
@@ -273,7 +292,8 @@ class Bench:
             "peak_pool_use": round(peak[3] / self.capacity, 5) if peak else None,
             "latency_p50_s": percentile(lat, 50), "latency_p95_s": percentile(lat, 95),
             "ttft_p50_s": percentile(ttft, 50), "ttft_p95_s": percentile(ttft, 95),
-            "num_steps": len(steps),
+            "num_steps": len(steps), "early_stops": self.early_stops,
+            "slot_runs_per_request_mean": round(float(np.mean(runs_samples)), 2) if runs_samples else None,
             "schedule_ms_per_step": round(1e3 * self.sched_time["s"] / max(1, self.sched_time["n"]), 4),
         }
         with open(self.out / "results.jsonl", "a") as f:
@@ -310,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
         f.write(json.dumps({"engine": a.engine, "tag": a.tag, **info}) + "\n")
     prompts, olens = workload(a.num_requests, a.seed, vocab=a.vocab)
     default_policies = a.policies.split(",")
+    seen: dict[str, int] = {}
     for spec in a.runs.split(","):
         # "run" or "run:policy+policy" (proxima only).
         run, _, named = spec.partition(":")
@@ -324,6 +345,9 @@ def main(argv: list[str] | None = None) -> None:
                 bench.set_policy(policy)
                 bench.policy = policy
             name = run if policy is None else f"{run}-{policy}"
+            seen[name] = seen.get(name, 0) + 1
+            if seen[name] > 1:  # a repeat: same workload, to measure run-to-run spread
+                name = f"{name}-rep{seen[name]}"
             if run == "base":
                 bench.run(name, prompts, olens, olens)
             elif run.startswith("mt"):
