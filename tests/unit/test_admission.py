@@ -1,0 +1,65 @@
+"""Projected-peak arithmetic and the output-length model (numpy only)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vllm_proxima.scheduling.admission import OutputLengthModel, projected_peak
+
+
+def brute_force_peak(held: list[int], remaining: list[int]) -> int:
+    horizon = max(remaining, default=0)
+    best = sum(held)
+    for k in range(horizon + 1):
+        best = max(best, sum(c + k for c, r in zip(held, remaining) if k <= r))
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 300), st.integers(0, 60)), min_size=0, max_size=25
+    )
+)
+def test_projected_peak_matches_brute_force(reqs: list[tuple[int, int]]) -> None:
+    held = [c for c, _ in reqs]
+    remaining = [r for _, r in reqs]
+    got = projected_peak(np.array(held, dtype=np.int64), np.array(remaining, dtype=np.int64))
+    assert got == brute_force_peak(held, remaining)
+
+
+def test_projected_peak_known_case() -> None:
+    # Two requests: 10 tokens with 5 to go, 100 tokens with 1 to go.
+    # k=1: 11 + 101 = 112; k=5: 15 only. Peak 112.
+    assert projected_peak(np.array([10, 100]), np.array([5, 1])) == 112
+
+
+def test_length_model_falls_back_to_max_tokens_until_ready() -> None:
+    model = OutputLengthModel(min_samples=4)
+    gen = np.array([0, 10])
+    maxt = np.array([100, 100])
+    assert model.final_lengths(gen, maxt).tolist() == [100, 100]
+    for _ in range(3):
+        model.observe(25, 100)
+    assert not model.ready
+    model.observe(25, 100)
+    assert model.ready
+    # Every finished request used a quarter of max_tokens.
+    assert model.final_lengths(gen, maxt).tolist() == [25, 25]
+
+
+def test_length_model_conditions_on_progress() -> None:
+    model = OutputLengthModel(min_samples=10, quantile=1.0)
+    for used in range(10, 101, 10):  # ratios 0.1 .. 1.0
+        model.observe(used, 100)
+    # A request already at 55 tokens: only ratios above 0.55 remain plausible.
+    final = model.final_lengths(np.array([55]), np.array([100]))
+    assert final.tolist() == [100]
+    model_q = OutputLengthModel(min_samples=10, quantile=0.0)
+    for used in range(10, 101, 10):
+        model_q.observe(used, 100)
+    assert model_q.final_lengths(np.array([55]), np.array([100])).tolist() == [60]
+    # Never below what was generated + 1, never above max_tokens.
+    assert model_q.final_lengths(np.array([99]), np.array([100])).tolist() == [100]
