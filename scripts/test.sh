@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command (also CI's: .ci/run). Sets everything up (scripts/setup.sh), checks the patch series
+# round-trips, lints, and runs the whole CPU suite: unit, scheduler simulation, engine end-to-end, OpenAI server,
+# wheels, upstream vLLM's own scheduler tests against the patched tree, and containers when podman exists.
+# GPU tests skip without CUDA (their results are in docs/benchmarks/). Extra arguments go to pytest,
+# e.g. `bash scripts/test.sh tests/unit -x`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+t0=$(date +%s)
+bash scripts/setup.sh
+echo "[test] patch series round trip"
+python3 scripts/series.py check
+echo "[test] ruff"
+"$VENV/bin/ruff" check vllm-proxima/src scripts tests
+echo "[test] pytest"
+set +e
+"$VENV/bin/python" -m pytest "${@:-tests}"
+rc=$?
+set -e
+echo "[test] done in $(( $(date +%s) - t0 )) s (pytest exit $rc)"
+exit $rc
