@@ -51,11 +51,11 @@ case $PLAN in
     ;;
   b)
     echo "=== kernels" | tee -a "$LOG"
-    timeout -k 5 100 python3 -m vllm_proxima.bench.kernels --out "$W/kernels.jsonl" > "$W/kernels.log" 2>&1
+    timeout -k 5 90 python3 -m vllm_proxima.bench.kernels --out "$W/kernels.jsonl" > "$W/kernels.log" 2>&1
     echo "kernels rc=$?"; grep KERNEL "$W/kernels.log" | cut -c1-300; tail -3 "$W/kernels.log" | cut -c1-300
-    engine proxima-b 250 --engine proxima --runs base:adaptive,base:adaptive,mt4:adaptive,mt1.5:adaptive,parity:stock --tag b
-    engine stock-fa3-b 110 --engine stock-fa3 --runs base,base --tag b
-    engine stock-triton-b 100 --engine stock-triton --runs base,parity --tag b
+    engine proxima-b 190 --engine proxima --runs base:adaptive,mt4:adaptive,mt1.5:adaptive,parity:stock --tag b
+    engine stock-fa3-b 75 --engine stock-fa3 --runs base --tag b
+    engine stock-triton-b 90 --engine stock-triton --runs base,parity --tag b
     ;;
   *) echo "unknown plan $PLAN"; exit 1 ;;
 esac

@@ -1,0 +1,611 @@
+"""Seeded serving workloads, written as vLLM ``custom`` JSONL datasets.
+
+Three workloads (lengths are in tokens *as the server counts them*, i.e. the
+prompt length includes the special tokens the tokenizer adds, such as BOS):
+
+``baseline``
+    prompts ~ U[50, 200], outputs ~ U[32, 256] (integers, both ends included).
+``sharegpt``
+    ShareGPT-like log-normal lengths: prompt ~ LogNormal(mu=4.583, sigma=1.0)
+    clipped to [4, 2048]; output ~ LogNormal(mu=5.503, sigma=0.8) clipped to
+    [4, 1024], rounded to integers. mu is chosen so the unclipped means are
+    the ShareGPT figures of the vLLM paper (Kwon et al., 2023, Table 1 / Fig.
+    11: mean input 161.31, mean output 337.99 tokens): mean = exp(mu +
+    sigma^2 / 2), so mu = ln(mean) - sigma^2 / 2. Medians are 98 and 245.
+``shared-system``
+    chat with shared system prompts: 8 system prompts of U[200, 1000] tokens
+    (fixed by the seed), each request picks one uniformly and appends a user
+    part of U[20, 200] tokens; outputs ~ U[32, 256]. The prompt is the plain
+    concatenation (no chat template), so every request of a group shares the
+    system prompt's tokens as an exact prefix (what prefix caching can reuse).
+
+All outputs are meant to be generated with ``ignore_eos`` so they run to their
+length. ``scale`` multiplies every length parameter (log-normal: the median)
+for small CPU runs; ``max_total_len`` caps prompt + output (outputs are cut
+first) so no request exceeds the server's ``--max-model-len``.
+
+Prompt text is built from whole-word vocabulary tokens sampled with a seeded
+RNG, decoded, re-encoded and adjusted until ``len(tokenizer(prompt).input_ids)``
+equals the target exactly (what ``vllm bench serve``'s custom dataset and the
+server count). Lengths come from ``seed``; token content from ``content_seed``
+(default: ``seed``), so a sweep can use the same lengths with fresh prompts at
+every point (no prefix-cache hits carried from one point to the next), while
+the shared system prompts stay fixed by ``seed``.
+
+CLI: ``python -m vllm_proxima.bench.workloads NAME --num N --tokenizer PATH
+--out FILE.jsonl`` (``--lengths-only`` needs no tokenizer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+import numpy as np
+
+WORKLOAD_NAMES = ("baseline", "sharegpt", "shared-system")
+
+# The vLLM paper's ShareGPT statistics the log-normal parameters reproduce.
+SHAREGPT_MEAN_PROMPT = 161.31
+SHAREGPT_MEAN_OUTPUT = 337.99
+SHAREGPT_PROMPT_SIGMA = 1.0
+SHAREGPT_OUTPUT_SIGMA = 0.8
+# mu = ln(mean) - sigma^2 / 2 gives a log-normal with that mean.
+SHAREGPT_PROMPT_MU = math.log(SHAREGPT_MEAN_PROMPT) - SHAREGPT_PROMPT_SIGMA**2 / 2
+SHAREGPT_OUTPUT_MU = math.log(SHAREGPT_MEAN_OUTPUT) - SHAREGPT_OUTPUT_SIGMA**2 / 2
+
+
+class WorkloadError(ValueError):
+    """A workload cannot be built as asked (bad parameters, tokenizer trouble)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """Lengths of one benchmark request.
+
+    Attributes:
+        prompt_len: prompt tokens as the server counts them (special tokens
+            included).
+        output_len: output tokens to generate (sent as ``max_tokens``).
+        group: system-prompt index for the shared-system workload, else None.
+        prefix_len: leading prompt tokens shared with the other requests of
+            ``group`` (special tokens included); 0 when nothing is shared.
+    """
+
+    prompt_len: int
+    output_len: int
+    group: int | None = None
+    prefix_len: int = 0
+
+
+class Workload(Protocol):
+    """A request-length distribution."""
+
+    @property
+    def name(self) -> str:
+        """The workload's name."""
+        ...
+
+    def sample(self, n: int, seed: int) -> list[Request]:
+        """Draw ``n`` requests' lengths with a fixed seed."""
+        ...
+
+    def scaled(self, factor: float) -> Workload:
+        """The same workload with every length parameter times ``factor``."""
+        ...
+
+    def params(self) -> dict[str, Any]:
+        """The parameters, JSON-serialisable."""
+        ...
+
+
+def _scale_range(bounds: tuple[int, int], factor: float) -> tuple[int, int]:
+    lo = max(1, round(bounds[0] * factor))
+    return lo, max(lo, round(bounds[1] * factor))
+
+
+def _uniform(rng: np.random.Generator, bounds: tuple[int, int], n: int) -> np.ndarray:
+    lo, hi = bounds
+    if not 1 <= lo <= hi:
+        raise WorkloadError(f"bad length range [{lo}, {hi}]: need 1 <= lo <= hi")
+    return rng.integers(lo, hi + 1, size=n)
+
+
+def _cap(prompt: int, output: int, max_total_len: int | None) -> tuple[int, int, bool]:
+    """Cap ``prompt + output`` at ``max_total_len``: output first, then prompt."""
+    if max_total_len is None or prompt + output <= max_total_len:
+        return prompt, output, False
+    prompt = min(prompt, max_total_len - 1)
+    return prompt, max(1, min(output, max_total_len - prompt)), True
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Uniform prompt and output lengths (both ends included)."""
+
+    prompt: tuple[int, int] = (50, 200)
+    output: tuple[int, int] = (32, 256)
+    max_total_len: int | None = None
+    name: str = "baseline"
+
+    def sample(self, n: int, seed: int) -> list[Request]:
+        """Draw ``n`` requests' lengths with a fixed seed."""
+        rng = np.random.default_rng(seed)
+        prompts = _uniform(rng, self.prompt, n)
+        outputs = _uniform(rng, self.output, n)
+        return [
+            Request(*_cap(int(p), int(o), self.max_total_len)[:2])
+            for p, o in zip(prompts, outputs, strict=True)
+        ]
+
+    def scaled(self, factor: float) -> Baseline:
+        """The same workload with every length parameter times ``factor``."""
+        return dataclasses.replace(
+            self,
+            prompt=_scale_range(self.prompt, factor),
+            output=_scale_range(self.output, factor),
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The parameters, JSON-serialisable."""
+        return {
+            "name": self.name,
+            "prompt": {"dist": "uniform", "min": self.prompt[0], "max": self.prompt[1]},
+            "output": {"dist": "uniform", "min": self.output[0], "max": self.output[1]},
+            "max_total_len": self.max_total_len,
+        }
+
+
+@dataclass(frozen=True)
+class LogNormal:
+    """A rounded, clipped log-normal length: round(exp(N(mu, sigma))) in [lo, hi]."""
+
+    mu: float
+    sigma: float
+    lo: int
+    hi: int
+
+    @classmethod
+    def from_mean(cls, mean: float, sigma: float, lo: int, hi: int) -> LogNormal:
+        """The log-normal with this (unclipped) mean: mu = ln(mean) - sigma^2/2."""
+        return cls(math.log(mean) - sigma * sigma / 2.0, sigma, lo, hi)
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` integer draws."""
+        if self.sigma < 0 or not 1 <= self.lo <= self.hi:
+            raise WorkloadError(f"bad log-normal parameters {self}")
+        values = np.rint(rng.lognormal(self.mu, self.sigma, size=n))
+        return np.clip(values, self.lo, self.hi).astype(np.int64)
+
+    def scaled(self, factor: float) -> LogNormal:
+        """Median and bounds times ``factor``."""
+        lo, hi = _scale_range((self.lo, self.hi), factor)
+        return LogNormal(self.mu + math.log(factor), self.sigma, lo, hi)
+
+    def params(self) -> dict[str, Any]:
+        """The parameters, JSON-serialisable."""
+        return {
+            "dist": "lognormal",
+            "mu": round(self.mu, 6),
+            "sigma": self.sigma,
+            "min": self.lo,
+            "max": self.hi,
+            "median": round(math.exp(self.mu), 2),
+            "mean_unclipped": round(math.exp(self.mu + self.sigma**2 / 2), 2),
+        }
+
+
+@dataclass(frozen=True)
+class ShareGPTLike:
+    """ShareGPT-like log-normal prompt and output lengths (see module doc)."""
+
+    prompt: LogNormal = LogNormal(SHAREGPT_PROMPT_MU, SHAREGPT_PROMPT_SIGMA, 4, 2048)
+    output: LogNormal = LogNormal(SHAREGPT_OUTPUT_MU, SHAREGPT_OUTPUT_SIGMA, 4, 1024)
+    max_total_len: int | None = None
+    name: str = "sharegpt"
+
+    def sample(self, n: int, seed: int) -> list[Request]:
+        """Draw ``n`` requests' lengths with a fixed seed."""
+        rng = np.random.default_rng(seed)
+        prompts = self.prompt.draw(rng, n)
+        outputs = self.output.draw(rng, n)
+        return [
+            Request(*_cap(int(p), int(o), self.max_total_len)[:2])
+            for p, o in zip(prompts, outputs, strict=True)
+        ]
+
+    def scaled(self, factor: float) -> ShareGPTLike:
+        """The same workload with every length parameter times ``factor``."""
+        return dataclasses.replace(
+            self, prompt=self.prompt.scaled(factor), output=self.output.scaled(factor)
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The parameters, JSON-serialisable."""
+        return {
+            "name": self.name,
+            "prompt": self.prompt.params(),
+            "output": self.output.params(),
+            "max_total_len": self.max_total_len,
+        }
+
+
+@dataclass(frozen=True)
+class SharedSystem:
+    """Shared-system-prompt chat (see module doc).
+
+    ``system`` counts the system prompt's tokens including the tokenizer's
+    special prefix (BOS); ``user`` the appended user part.
+    """
+
+    num_systems: int = 8
+    system: tuple[int, int] = (200, 1000)
+    user: tuple[int, int] = (20, 200)
+    output: tuple[int, int] = (32, 256)
+    max_total_len: int | None = None
+    name: str = "shared-system"
+
+    def system_lengths(self, seed: int) -> list[int]:
+        """The system prompts' lengths (fixed by the seed)."""
+        if self.num_systems < 1:
+            raise WorkloadError("num_systems must be >= 1")
+        rng = np.random.default_rng([seed, 1])
+        return [int(x) for x in _uniform(rng, self.system, self.num_systems)]
+
+    def sample(self, n: int, seed: int) -> list[Request]:
+        """Draw ``n`` requests' lengths with a fixed seed."""
+        systems = self.system_lengths(seed)
+        if self.max_total_len is not None and max(systems) + 2 > self.max_total_len:
+            raise WorkloadError(
+                f"a system prompt of {max(systems)} tokens leaves no room for a "
+                f"user part and an output within max_total_len={self.max_total_len};"
+                " scale the workload down (--scale) or raise --max-model-len"
+            )
+        rng = np.random.default_rng(seed)
+        groups = rng.integers(0, self.num_systems, size=n)
+        users = _uniform(rng, self.user, n)
+        outputs = _uniform(rng, self.output, n)
+        requests = []
+        for g, u, o in zip(groups, users, outputs, strict=True):
+            sys_len = systems[int(g)]
+            prompt, output, _ = _cap(sys_len + int(u), int(o), self.max_total_len)
+            prompt = max(prompt, sys_len + 1)
+            requests.append(Request(prompt, output, group=int(g), prefix_len=sys_len))
+        return requests
+
+    def scaled(self, factor: float) -> SharedSystem:
+        """The same workload with every length parameter times ``factor``."""
+        return dataclasses.replace(
+            self,
+            system=_scale_range(self.system, factor),
+            user=_scale_range(self.user, factor),
+            output=_scale_range(self.output, factor),
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The parameters, JSON-serialisable."""
+        return {
+            "name": self.name,
+            "num_systems": self.num_systems,
+            "system": {"dist": "uniform", "min": self.system[0], "max": self.system[1]},
+            "user": {"dist": "uniform", "min": self.user[0], "max": self.user[1]},
+            "output": {"dist": "uniform", "min": self.output[0], "max": self.output[1]},
+            "max_total_len": self.max_total_len,
+        }
+
+
+def make_workload(name: str, scale: float = 1.0, max_total_len: int | None = None) -> Workload:
+    """A workload by name, scaled and capped.
+
+    Args:
+        name: one of :data:`WORKLOAD_NAMES`.
+        scale: multiplies every length parameter (> 0).
+        max_total_len: cap on prompt + output tokens per request, or None.
+
+    Raises:
+        WorkloadError: unknown name or bad scale.
+    """
+    if not scale > 0:
+        raise WorkloadError(f"scale must be > 0; got {scale}")
+    base: Workload
+    if name == "baseline":
+        base = Baseline(max_total_len=max_total_len)
+    elif name == "sharegpt":
+        base = ShareGPTLike(max_total_len=max_total_len)
+    elif name == "shared-system":
+        base = SharedSystem(max_total_len=max_total_len)
+    else:
+        raise WorkloadError(f"unknown workload {name!r}; choose from {', '.join(WORKLOAD_NAMES)}")
+    return base if scale == 1.0 else base.scaled(scale)
+
+
+# --------------------------------------------------------------------------
+# token-exact prompt text
+# --------------------------------------------------------------------------
+
+
+class TokenizerLike(Protocol):
+    """The slice of a Hugging Face tokenizer this module uses."""
+
+    all_special_ids: list[int]
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> Any: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]: ...
+
+    def __len__(self) -> int: ...
+
+
+_WORD_MARKERS = ("\u0120", "\u2581")  # byte-level BPE 'Ġ', sentencepiece '▁'
+
+
+class PromptBuilder:
+    """Builds prompt text whose token count is exactly a target.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer (the served model's).
+        max_attempts: adjustment rounds before giving up on one prompt.
+    """
+
+    def __init__(self, tokenizer: TokenizerLike, max_attempts: int = 64) -> None:
+        self.tokenizer = tokenizer
+        self.max_attempts = max_attempts
+        self.num_special = len(self._ids("hello")) - len(self._ids("hello", False))
+        self.pool = self._word_pool()
+
+    def _ids(self, text: str, special: bool = True) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=special).input_ids)
+
+    def _word_pool(self) -> np.ndarray:
+        special = set(self.tokenizer.all_special_ids)
+        ids = [i for i in range(len(self.tokenizer)) if i not in special]
+        tokens = self.tokenizer.convert_ids_to_tokens(ids)
+        words = [
+            i
+            for i, tok in zip(ids, tokens, strict=True)
+            if isinstance(tok, str)
+            and len(tok) >= 3
+            and tok[0] in _WORD_MARKERS
+            and tok[1:].isascii()
+            and tok[1:].isalpha()
+        ]
+        stable = [i for i in words if self._ids(self.tokenizer.decode([i, i]), False) == [i, i]]
+        if len(stable) >= 32:
+            return np.asarray(stable, dtype=np.int64)
+        # Unusual tokenizer: any non-special token; the adjust loop copes.
+        return np.asarray(ids, dtype=np.int64)
+
+    def text(self, target: int, rng: np.random.Generator, prefix: str = "") -> str:
+        """Text ``t`` with ``len(tokenizer(prefix + t).input_ids) == target``.
+
+        Args:
+            target: total tokens wanted (special tokens included).
+            rng: the seeded generator to draw words from.
+            prefix: fixed text the result is appended to (a shared prefix).
+
+        Raises:
+            WorkloadError: target too small, or no exact text found.
+        """
+        have = len(self._ids(prefix)) if prefix else self.num_special
+        need = target - have
+        if need < 1:
+            raise WorkloadError(
+                f"cannot build a {target}-token prompt: the prefix alone has {have}"
+            )
+        ids = [int(x) for x in rng.choice(self.pool, size=need)]
+        for _ in range(self.max_attempts):
+            suffix = self.tokenizer.decode(ids)
+            if prefix and suffix and not suffix[0].isspace() and not prefix[-1].isspace():
+                suffix = " " + suffix
+            got = len(self._ids(prefix + suffix))
+            if got == target:
+                return suffix
+            diff = target - got
+            if diff > 0:
+                ids += [int(x) for x in rng.choice(self.pool, size=diff)]
+            elif len(ids) > -diff:
+                ids = ids[:diff]
+            else:
+                ids = [int(x) for x in rng.choice(self.pool, size=1)]
+        raise WorkloadError(
+            f"could not build a prompt of exactly {target} tokens in "
+            f"{self.max_attempts} attempts (tokenizer merges across words?)"
+        )
+
+
+def load_tokenizer(path: str | Path) -> TokenizerLike:
+    """The Hugging Face tokenizer in a local model folder (no network).
+
+    Raises:
+        WorkloadError: the folder does not exist.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise WorkloadError(f"tokenizer folder {folder} does not exist (local paths only)")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    return cast(TokenizerLike, tokenizer)
+
+
+@dataclass
+class WorkloadFile:
+    """A written dataset: where, what, and its lengths."""
+
+    path: Path
+    requests: list[Request]
+    params: dict[str, Any]
+    seed: int
+    content_seed: int
+
+    def summary(self) -> dict[str, Any]:
+        """Counts and means of the lengths, JSON-serialisable."""
+        return length_summary(self.requests)
+
+
+def length_summary(requests: Sequence[Request]) -> dict[str, Any]:
+    """Number of requests and min / mean / max of prompt and output lengths."""
+    if not requests:
+        return {"num_requests": 0}
+    prompts = np.array([r.prompt_len for r in requests])
+    outputs = np.array([r.output_len for r in requests])
+    return {
+        "num_requests": len(requests),
+        "prompt_len": {
+            "min": int(prompts.min()),
+            "mean": round(float(prompts.mean()), 2),
+            "max": int(prompts.max()),
+        },
+        "output_len": {
+            "min": int(outputs.min()),
+            "mean": round(float(outputs.mean()), 2),
+            "max": int(outputs.max()),
+        },
+    }
+
+
+def write_dataset(
+    workload: Workload,
+    num: int,
+    tokenizer: TokenizerLike,
+    out: str | Path,
+    seed: int = 0,
+    content_seed: int | None = None,
+) -> WorkloadFile:
+    """Sample ``num`` requests and write them as a vLLM ``custom`` JSONL dataset.
+
+    Each line is ``{"prompt", "output_tokens", "prompt_len", "group",
+    "prefix_len"}``; vLLM reads ``prompt`` and ``output_tokens`` (run its bench
+    with ``--dataset-name custom --custom-output-len -1 --skip-chat-template
+    --disable-shuffle --ignore-eos``).
+
+    Args:
+        workload: the length distribution.
+        num: number of requests (>= 1).
+        tokenizer: the served model's tokenizer.
+        out: the ``.jsonl`` path to write (parent folders are created).
+        seed: seed of the lengths (and of shared system prompts).
+        content_seed: seed of the prompt words; default ``seed``.
+
+    Raises:
+        WorkloadError: bad arguments or no exact prompt text.
+    """
+    if num < 1:
+        raise WorkloadError(f"need at least one request; got {num}")
+    out = Path(out)
+    if out.suffix != ".jsonl":
+        raise WorkloadError(f"vLLM's custom dataset needs a .jsonl file; got {out}")
+    content_seed = seed if content_seed is None else content_seed
+    requests = workload.sample(num, seed)
+    builder = PromptBuilder(tokenizer)
+    rng = np.random.default_rng([content_seed, 2])
+    systems: dict[int, str] = {}
+    if isinstance(workload, SharedSystem):
+        sys_rng = np.random.default_rng([seed, 3])
+        for g, length in enumerate(workload.system_lengths(seed)):
+            systems[g] = builder.text(length, sys_rng)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".jsonl.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for req in requests:
+            prefix = systems.get(req.group, "") if req.group is not None else ""
+            prompt = prefix + builder.text(req.prompt_len, rng, prefix=prefix)
+            line = {
+                "prompt": prompt,
+                "output_tokens": req.output_len,
+                "prompt_len": req.prompt_len,
+                "group": req.group,
+                "prefix_len": req.prefix_len,
+            }
+            f.write(json.dumps(line) + "\n")
+    tmp.replace(out)
+    return WorkloadFile(out, requests, workload.params(), seed, content_seed)
+
+
+def read_lengths(path: str | Path) -> list[Request]:
+    """The requests' lengths from a JSONL written by :func:`write_dataset`.
+
+    Lines without ``prompt_len`` (other custom datasets) are rejected, since
+    their token counts depend on a tokenizer.
+
+    Raises:
+        WorkloadError: missing file or fields.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WorkloadError(f"workload file {path} does not exist")
+    requests = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            item = json.loads(line)
+            if "prompt_len" not in item or "output_tokens" not in item:
+                raise WorkloadError(
+                    f"{path}:{n}: need 'prompt_len' and 'output_tokens' fields "
+                    "(files written by vllm_proxima.bench.workloads have them)"
+                )
+            group = item.get("group")
+            requests.append(
+                Request(
+                    int(item["prompt_len"]),
+                    int(item["output_tokens"]),
+                    None if group is None else int(group),
+                    int(item.get("prefix_len") or 0),
+                )
+            )
+    if not requests:
+        raise WorkloadError(f"workload file {path} is empty")
+    return requests
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: write one workload file (or print its lengths)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m vllm_proxima.bench.workloads",
+        description="Write a seeded workload as a vLLM custom JSONL dataset.",
+    )
+    parser.add_argument("name", choices=WORKLOAD_NAMES)
+    parser.add_argument("--num", type=int, default=100, help="requests (default 100)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--content-seed", type=int, default=None)
+    parser.add_argument("--scale", type=float, default=1.0, help="length multiplier")
+    parser.add_argument("--max-total-len", type=int, default=None)
+    parser.add_argument("--tokenizer", help="local model/tokenizer folder")
+    parser.add_argument("--out", help="output .jsonl")
+    parser.add_argument("--lengths-only", action="store_true", help="print a length summary only")
+    args = parser.parse_args(argv)
+    try:
+        workload = make_workload(args.name, args.scale, args.max_total_len)
+        if args.lengths_only:
+            summary = length_summary(workload.sample(args.num, args.seed))
+            print(json.dumps({"params": workload.params(), **summary}, indent=2))
+            return 0
+        if not args.tokenizer or not args.out:
+            parser.error("--tokenizer and --out are needed unless --lengths-only")
+        written = write_dataset(
+            workload,
+            args.num,
+            load_tokenizer(args.tokenizer),
+            args.out,
+            args.seed,
+            args.content_seed,
+        )
+    except WorkloadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {written.path}: {json.dumps(written.summary())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
