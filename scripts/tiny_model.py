@@ -157,12 +157,8 @@ _VERBS_BASE = _words(
     "see find build open close carry paint write read watch follow visit clean "
     "fix move choose bring keep leave help ask answer cook plant count explain"
 )
-_PREPOSITIONS = _words(
-    "near behind under above beside inside across along beyond through"
-)
-_ADVERBS = _words(
-    "slowly quickly quietly carefully gladly rarely often always never soon"
-)
+_PREPOSITIONS = _words("near behind under above beside inside across along beyond through")
+_ADVERBS = _words("slowly quickly quietly carefully gladly rarely often always never soon")
 _NAMES = _words(
     "Alice Bob Carol David Emma Frank Grace Henry Irene Jack Laura Martin Nina "
     "Oscar Paula Quentin Rosa Samuel Tara Victor Wendy"
@@ -325,9 +321,7 @@ def _token_ids(tok: Any) -> dict[str, int]:
 # --------------------------------------------------------------------------
 
 
-def config_dict(
-    vocab_size: int, ids: dict[str, int], shape: Shape = SHAPE
-) -> dict[str, Any]:
+def config_dict(vocab_size: int, ids: dict[str, int], shape: Shape = SHAPE) -> dict[str, Any]:
     """config.json contents (legacy and transformers-5 key spellings both present)."""
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -468,9 +462,7 @@ def make_weights(
         return np.ones((h,), dtype=np.float32)
 
     # Linear weights are [out, in] as in transformers.
-    weights: dict[str, Any] = {
-        "model.embed_tokens.weight": normal(vocab_size, h, scale.embed)
-    }
+    weights: dict[str, Any] = {"model.embed_tokens.weight": normal(vocab_size, h, scale.embed)}
     for i in range(shape.num_layers):
         p = f"model.layers.{i}."
         weights[p + "input_layernorm.weight"] = ones()
@@ -504,9 +496,7 @@ def _write_model_files(folder: Path) -> None:
     tok = train_tokenizer()
     ids = _token_ids(tok)
     vocab_size = int(tok.get_vocab_size())
-    (folder / "tokenizer.json").write_text(
-        tok.to_str(pretty=True) + "\n", encoding="utf-8"
-    )
+    (folder / "tokenizer.json").write_text(tok.to_str(pretty=True) + "\n", encoding="utf-8")
     _write_json(folder / "tokenizer_config.json", tokenizer_config_dict(ids))
     _write_json(folder / "special_tokens_map.json", special_tokens_map_dict())
     _write_json(folder / "config.json", config_dict(vocab_size, ids))
@@ -533,17 +523,13 @@ def is_complete(out: Path) -> bool:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    if (
-        manifest.get("recipe") != RECIPE
-        or manifest.get("recipe_version") != RECIPE_VERSION
-    ):
+    if manifest.get("recipe") != RECIPE or manifest.get("recipe_version") != RECIPE_VERSION:
         return False
     files = manifest.get("files", {})
     if set(files) != set(MODEL_FILES):
         return False
     return all(
-        (out / name).is_file() and _sha256(out / name) == digest
-        for name, digest in files.items()
+        (out / name).is_file() and _sha256(out / name) == digest for name, digest in files.items()
     )
 
 
@@ -619,9 +605,7 @@ def measure_logits(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=torch.float32
-    ).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     vocab_size = int(model.config.vocab_size)
     first_regular = len(SPECIAL_TOKENS)
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -677,11 +661,11 @@ def _human_size(n_bytes: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Build the tiny seeded Llama (HF format) that proxima-vllm uses as its default model."
+        description=(
+            "Build the tiny seeded Llama (HF format) that proxima-vllm uses as its default model."
+        )
     )
-    parser.add_argument(
-        "--out", type=Path, default=Path("models/tiny-llama"), help="output folder"
-    )
+    parser.add_argument("--out", type=Path, default=Path("models/tiny-llama"), help="output folder")
     parser.add_argument(
         "--force", action="store_true", help="rebuild even if a complete build exists"
     )
@@ -691,9 +675,7 @@ def main(argv: list[str] | None = None) -> int:
         help="afterwards greedy-decode random prompts with transformers (needs torch) and "
         "report logit peakiness and continuation variety",
     )
-    parser.add_argument(
-        "--prompts", type=int, default=50, help="number of prompts for --measure"
-    )
+    parser.add_argument("--prompts", type=int, default=50, help="number of prompts for --measure")
     args = parser.parse_args(argv)
 
     out: Path = args.out
@@ -709,9 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{verb} {RECIPE} v{RECIPE_VERSION} at {out} in {elapsed:.2f}s")
     for name in ALL_FILES:
         path = out / name
-        print(
-            f"  {name:28s} {_human_size(path.stat().st_size):>10s}  sha256 {_sha256(path)[:16]}"
-        )
+        print(f"  {name:28s} {_human_size(path.stat().st_size):>10s}  sha256 {_sha256(path)[:16]}")
     if args.measure:
         start = time.perf_counter()
         try:

@@ -40,7 +40,9 @@ def mode(kwargs: dict[str, Any], proxima: str, **options: Any) -> dict[str, Any]
     return out
 
 
-def prompts(n: int, lo: int, hi: int, seed: int, max_tokens: tuple[int, int] = (8, 48)) -> list[dict[str, Any]]:
+def prompts(
+    n: int, lo: int, hi: int, seed: int, max_tokens: tuple[int, int] = (8, 48)
+) -> list[dict[str, Any]]:
     """Token-id prompts of lengths U[lo, hi] with greedy output lengths U[max_tokens]."""
     rng = np.random.default_rng(seed)
     return [
@@ -52,7 +54,9 @@ def prompts(n: int, lo: int, hi: int, seed: int, max_tokens: tuple[int, int] = (
     ]
 
 
-def run_engine(engine: dict[str, Any], requests: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+def run_engine(
+    engine: dict[str, Any], requests: list[dict[str, Any]], **extra: Any
+) -> dict[str, Any]:
     """Run the engine once in a subprocess (see run_engine.py); returns its JSON."""
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
@@ -63,7 +67,10 @@ def run_engine(engine: dict[str, Any], requests: list[dict[str, Any]], **extra: 
         spec.write_text(json.dumps({"engine": engine, "requests": requests, **extra}))
         proc = subprocess.run(
             [sys.executable, str(RUNNER), str(spec), str(out)],
-            env=env, capture_output=True, text=True, timeout=600,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         if proc.returncode != 0 or not out.exists():
             raise AssertionError(

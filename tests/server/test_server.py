@@ -20,8 +20,15 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "models" / "tiny-llama"
 SERVED = "tiny"
 CPU_FLAGS = [
-    "--enforce-eager", "--dtype", "float32", "--max-model-len", "1024",
-    "--kv-cache-memory-bytes", str(16 << 20), "--served-model-name", SERVED,
+    "--enforce-eager",
+    "--dtype",
+    "float32",
+    "--max-model-len",
+    "1024",
+    "--kv-cache-memory-bytes",
+    str(16 << 20),
+    "--served-model-name",
+    SERVED,
 ]
 
 pytestmark = [
@@ -32,8 +39,13 @@ pytestmark = [
 
 def env() -> dict[str, str]:
     e = dict(os.environ)
-    e.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_HOST_IP="127.0.0.1",
-             VLLM_NO_USAGE_STATS="1", TORCH_COMPILE_DISABLE="1")
+    e.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_HOST_IP="127.0.0.1",
+        VLLM_NO_USAGE_STATS="1",
+        TORCH_COMPILE_DISABLE="1",
+    )
     return e
 
 
@@ -53,7 +65,10 @@ class Server:
         self.log = log
         self.proc = subprocess.Popen(
             [*argv, "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=log.open("w"), stderr=subprocess.STDOUT, env=env(), start_new_session=True,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=env(),
+            start_new_session=True,
         )
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -97,8 +112,17 @@ class Server:
 @pytest.fixture(scope="module")
 def proxima_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("srv") / "proxima.log"
-    server = Server([sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-                     "--model", str(MODEL), *CPU_FLAGS], log)
+    server = Server(
+        [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(MODEL),
+            *CPU_FLAGS,
+        ],
+        log,
+    )
     try:
         server.wait()
         yield server
@@ -126,17 +150,24 @@ def test_completions(proxima_server: Server) -> None:
 
 
 def test_chat_completions_and_streaming(proxima_server: Server) -> None:
-    messages = [{"role": "system", "content": "You are terse."},
-                {"role": "user", "content": "Say something."}]
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Say something."},
+    ]
     body = {"model": SERVED, "messages": messages, "max_tokens": 10, "temperature": 0}
     data = json.loads(proxima_server.post("/v1/chat/completions", body))
     full = data["choices"][0]["message"]["content"]
     assert data["usage"]["completion_tokens"] == 10
     raw = proxima_server.post("/v1/chat/completions", {**body, "stream": True}).decode()
-    chunks = [json.loads(line[6:]) for line in raw.splitlines()
-              if line.startswith("data: ") and line != "data: [DONE]"]
+    chunks = [
+        json.loads(line[6:])
+        for line in raw.splitlines()
+        if line.startswith("data: ") and line != "data: [DONE]"
+    ]
     assert raw.rstrip().endswith("data: [DONE]")
-    streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    streamed = "".join(
+        c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]
+    )
     assert streamed == full  # greedy: the stream spells the same answer
 
 
@@ -155,8 +186,9 @@ def test_metrics_has_vllm_and_proxima_series(proxima_server: Server) -> None:
 
 
 def test_vllm_cli_serve_with_proxima_off(tmp_path: Path) -> None:
-    server = Server([vllm_cli(), "serve", str(MODEL), *CPU_FLAGS, "--proxima", "off"],
-                    tmp_path / "off.log")
+    server = Server(
+        [vllm_cli(), "serve", str(MODEL), *CPU_FLAGS, "--proxima", "off"], tmp_path / "off.log"
+    )
     try:
         server.wait()
         body = {"model": SERVED, "prompt": "Hello", "max_tokens": 5, "temperature": 0}
@@ -181,9 +213,21 @@ def test_vllm_cli_serve_with_proxima_off(tmp_path: Path) -> None:
 )
 def test_bad_flags_fail_at_start_with_a_clear_message(flags: list[str], message: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL),
-         *CPU_FLAGS, "--port", str(free_port()), *flags],
-        env=env(), capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(MODEL),
+            *CPU_FLAGS,
+            "--port",
+            str(free_port()),
+            *flags,
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr

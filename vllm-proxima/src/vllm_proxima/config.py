@@ -62,8 +62,7 @@ class ProximaConfig:
             0.0 <= float(self.overcommit) <= 0.5
         ):
             raise ProximaConfigError(
-                "--proxima-overcommit must be a number in [0.0, 0.5]; "
-                f"got {self.overcommit!r}"
+                f"--proxima-overcommit must be a number in [0.0, 0.5]; got {self.overcommit!r}"
             )
 
     @property
@@ -99,7 +98,5 @@ def default_mode() -> str:
     """Mode used when no flag or option names one: ``$PROXIMA_MODE`` or ``on``."""
     mode = os.environ.get(MODE_ENV, "on").strip().lower() or "on"
     if mode not in MODES:
-        raise ProximaConfigError(
-            f"${MODE_ENV} must be one of {', '.join(MODES)}; got {mode!r}"
-        )
+        raise ProximaConfigError(f"${MODE_ENV} must be one of {', '.join(MODES)}; got {mode!r}")
     return mode

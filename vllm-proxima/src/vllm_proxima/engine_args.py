@@ -131,9 +131,7 @@ def apply_to_engine_args(engine_args: EngineArgs) -> ProximaConfig:
     _select_attention_backend(engine_args)
 
     scheduler_cls = engine_args.scheduler_cls
-    if scheduler_cls not in (None, SCHEDULER_CLS) and not _is_default_scheduler(
-        scheduler_cls
-    ):
+    if scheduler_cls not in (None, SCHEDULER_CLS) and not _is_default_scheduler(scheduler_cls):
         raise ProximaConfigError(
             f"--scheduler-cls {scheduler_cls} conflicts with proxima mode, "
             f"which uses {SCHEDULER_CLS}; use --proxima off to run another "
@@ -211,9 +209,7 @@ def _is_default_scheduler(scheduler_cls: object) -> bool:
     )
 
 
-def enable_proxima(
-    engine_args: EngineArgs | None = None, /, **options: Any
-) -> dict[str, Any]:
+def enable_proxima(engine_args: EngineArgs | None = None, /, **options: Any) -> dict[str, Any]:
     """Turn proxima mode on (or configure it) programmatically.
 
     Args:

@@ -26,8 +26,10 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "stranded_block16": (
         "proxima:kv_block16_stranded_slots",
         "gauge",
-        "Slots that block-16 rounding would leave empty for the requests "
-        "resident now (what token granularity saves).",
+        (
+            "Slots that block-16 rounding would leave empty for the requests "
+            "resident now (what token granularity saves)."
+        ),
     ),
     "preemptions": (
         "proxima:preemptions_total",

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-
 from vllm.v1.attention.backend import (
     AttentionBackend,
     AttentionImpl,

@@ -44,7 +44,9 @@ DEFAULT_MODEL = HERE / "models" / "llama-2-7b"
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--engine", required=True, choices=["stock-fa3", "stock-triton", "proxima"])
-    p.add_argument("--runs", default="base", help="comma-separated; 'run:policy+policy' picks policies per run")
+    p.add_argument(
+        "--runs", default="base", help="comma-separated; 'run:policy+policy' picks policies per run"
+    )
     p.add_argument("--policies", default="adaptive", help="proxima: admission policies, run each")
     p.add_argument("--model", default=str(DEFAULT_MODEL))
     p.add_argument("--kv-bytes", type=int, default=8 * 1024**3)
@@ -55,14 +57,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocab", type=int, default=32000, help="prompt token ids are drawn below this")
     p.add_argument("--enforce-eager", action="store_true")
-    p.add_argument("--budget-s", type=float, default=1e9, help="skip runs once this much time passed")
+    p.add_argument(
+        "--budget-s", type=float, default=1e9, help="skip runs once this much time passed"
+    )
     p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
     p.add_argument("--tag", default="")
     return p.parse_args(argv)
 
 
-def workload(n: int, seed: int, prompt: tuple[int, int] = (50, 200), output: tuple[int, int] = (32, 256),
-             vocab: int = 32000):
+def workload(
+    n: int,
+    seed: int,
+    prompt: tuple[int, int] = (50, 200),
+    output: tuple[int, int] = (32, 256),
+    vocab: int = 32000,
+):
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -92,9 +101,15 @@ class Bench:
 
         a = self.a
         kw: dict[str, Any] = dict(
-            model=a.model, skip_tokenizer_init=True, load_format="dummy", dtype="bfloat16",
-            max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs,
-            enable_prefix_caching=False, kv_cache_memory_bytes=a.kv_bytes, seed=a.seed,
+            model=a.model,
+            skip_tokenizer_init=True,
+            load_format="dummy",
+            dtype="bfloat16",
+            max_model_len=a.max_model_len,
+            max_num_seqs=a.max_num_seqs,
+            enable_prefix_caching=False,
+            kv_cache_memory_bytes=a.kv_bytes,
+            seed=a.seed,
             enforce_eager=a.enforce_eager,
         )
         if a.engine == "stock-triton":
@@ -120,9 +135,11 @@ class Bench:
             if be is not None:
                 backends.add(f"{be.get_name()}:{be.__name__}")
         info.update(
-            vllm=vllm.__version__, torch=torch.__version__,
+            vllm=vllm.__version__,
+            torch=torch.__version__,
             gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            block_size=self.block_size, kv_capacity_tokens=self.capacity,
+            block_size=self.block_size,
+            kv_capacity_tokens=self.capacity,
             attention_backend=sorted(backends),
             async_scheduling=cfg.scheduler_config.async_scheduling,
             max_num_batched_tokens=cfg.scheduler_config.max_num_batched_tokens,
@@ -168,7 +185,9 @@ class Bench:
             alloc = sum(self.kvm.num_slots_of(r.request_id) for r in running)
         else:
             mgr = self.kvm.coordinator.single_type_managers[0]
-            alloc = self.block_size * sum(len(mgr.req_to_blocks.get(r.request_id, ())) for r in running)
+            alloc = self.block_size * sum(
+                len(mgr.req_to_blocks.get(r.request_id, ())) for r in running
+            )
         return held, alloc
 
     def mean_runs(self) -> float | None:
@@ -186,8 +205,15 @@ class Bench:
         bp = self.kvm.block_pool
         return (bp.num_gpu_blocks - 1 - bp.get_num_free_blocks()) * self.block_size
 
-    def run(self, name: str, prompts: list[list[int]], olens: list[int], max_tokens: list[int],
-            arrivals: list[float] | None = None, keep_tokens: bool = False) -> dict[str, Any]:
+    def run(
+        self,
+        name: str,
+        prompts: list[list[int]],
+        olens: list[int],
+        max_tokens: list[int],
+        arrivals: list[float] | None = None,
+        keep_tokens: bool = False,
+    ) -> dict[str, Any]:
         import numpy as np
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
@@ -196,9 +222,11 @@ class Bench:
         engine = self.engine
         # Warm-up (not timed).
         for i in range(8):
-            engine.add_request(f"warm-{name}-{i}", {"prompt_token_ids": prompts[i][:64]},
-                               SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True,
-                                              detokenize=False))
+            engine.add_request(
+                f"warm-{name}-{i}",
+                {"prompt_token_ids": prompts[i][:64]},
+                SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, detokenize=False),
+            )
         while engine.has_unfinished_requests():
             engine.step()
         self.preempt.update(n=0, recomputed=0)
@@ -215,7 +243,7 @@ class Bench:
         ids: dict[str, int] = {}
         runs_samples: list[float] = []
         internal_ids: dict[str, str] = {}
-        stop_early = any(m > o for m, o in zip(max_tokens, olens))
+        stop_early = any(m > o for m, o in zip(max_tokens, olens, strict=True))
         steps: list[tuple[float, int, int, int, int, int]] = []
         nxt = 0
         t_start = time.perf_counter()
@@ -228,9 +256,16 @@ class Bench:
                 ids[rid] = i
                 # The engine keys requests by an internal id (its return value).
                 internal_ids[rid] = engine.add_request(
-                    rid, {"prompt_token_ids": prompts[i]}, SamplingParams(
-                        temperature=0.0, max_tokens=max_tokens[i], ignore_eos=True,
-                        detokenize=False, output_kind=RequestOutputKind.DELTA))
+                    rid,
+                    {"prompt_token_ids": prompts[i]},
+                    SamplingParams(
+                        temperature=0.0,
+                        max_tokens=max_tokens[i],
+                        ignore_eos=True,
+                        detokenize=False,
+                        output_kind=RequestOutputKind.DELTA,
+                    ),
+                )
             if not engine.has_unfinished_requests():
                 time.sleep(0.0005)
                 continue
@@ -263,10 +298,14 @@ class Bench:
                     runs_samples.append(r)
             held, alloc = self.held_and_alloc()
             nw = len(self.sched.waiting) + len(self.sched.skipped_waiting)
-            steps.append((round(now, 4), len(self.sched.running), nw, self.used_slots(), held, alloc))
+            steps.append(
+                (round(now, 4), len(self.sched.running), nw, self.used_slots(), held, alloc)
+            )
         wall = time.perf_counter() - t_start
 
-        out_tokens = int(sum(min(p, o) if stop_early else p for p, o in zip(produced, olens)))
+        out_tokens = int(
+            sum(min(p, o) if stop_early else p for p, o in zip(produced, olens, strict=True))
+        )
         lat = [d - arrivals[i] for i, d in enumerate(done_t) if d is not None]
         ttft = [f - arrivals[i] for i, f in enumerate(first_t) if f is not None]
         tw = 0.0
@@ -277,30 +316,51 @@ class Bench:
         util = [s[4] / s[5] for s in steps if s[5] > 0]
         peak = max(steps, key=lambda s: (s[3], s[4])) if steps else None
         res: dict[str, Any] = {
-            "engine": self.a.engine, "run": name, "policy": getattr(self, "policy", None),
-            "tag": self.a.tag, "status": "ok",
-            "kv_capacity_tokens": self.capacity, "block_size": self.block_size,
-            "requests": n, "finished": sum(d is not None for d in done_t),
-            "wall_s": round(wall, 3), "output_tokens": out_tokens,
-            "output_tok_per_s": round(out_tokens / wall, 1), "req_per_s": round(n / wall, 3),
-            "preemptions": self.preempt["n"], "recomputed_tokens": self.preempt["recomputed"],
+            "engine": self.a.engine,
+            "run": name,
+            "policy": getattr(self, "policy", None),
+            "tag": self.a.tag,
+            "status": "ok",
+            "kv_capacity_tokens": self.capacity,
+            "block_size": self.block_size,
+            "requests": n,
+            "finished": sum(d is not None for d in done_t),
+            "wall_s": round(wall, 3),
+            "output_tokens": out_tokens,
+            "output_tok_per_s": round(out_tokens / wall, 1),
+            "req_per_s": round(n / wall, 3),
+            "preemptions": self.preempt["n"],
+            "recomputed_tokens": self.preempt["recomputed"],
             "running_max": max((s[1] for s in steps), default=0),
             "running_time_weighted_mean": round(tw / max(wall, 1e-9), 2),
             "slot_use_peak": round(peak[4] / peak[5], 5) if peak and peak[5] else None,
             "slot_use_mean": round(float(np.mean(util)), 5) if util else None,
             "peak_used_slots": peak[3] if peak else 0,
             "peak_pool_use": round(peak[3] / self.capacity, 5) if peak else None,
-            "latency_p50_s": percentile(lat, 50), "latency_p95_s": percentile(lat, 95),
-            "ttft_p50_s": percentile(ttft, 50), "ttft_p95_s": percentile(ttft, 95),
-            "num_steps": len(steps), "early_stops": self.early_stops,
-            "slot_runs_per_request_mean": round(float(np.mean(runs_samples)), 2) if runs_samples else None,
-            "schedule_ms_per_step": round(1e3 * self.sched_time["s"] / max(1, self.sched_time["n"]), 4),
+            "latency_p50_s": percentile(lat, 50),
+            "latency_p95_s": percentile(lat, 95),
+            "ttft_p50_s": percentile(ttft, 50),
+            "ttft_p95_s": percentile(ttft, 95),
+            "num_steps": len(steps),
+            "early_stops": self.early_stops,
+            "slot_runs_per_request_mean": round(float(np.mean(runs_samples)), 2)
+            if runs_samples
+            else None,
+            "schedule_ms_per_step": round(
+                1e3 * self.sched_time["s"] / max(1, self.sched_time["n"]), 4
+            ),
         }
         with open(self.out / "results.jsonl", "a") as f:
             f.write(json.dumps(res) + "\n")
         with open(self.out / f"steps_{self.a.engine}_{name}.json", "w") as f:
-            json.dump({"cols": ["t", "running", "waiting", "used_slots", "tokens_held", "slots_alloc"],
-                       "steps": steps}, f, separators=(",", ":"))
+            json.dump(
+                {
+                    "cols": ["t", "running", "waiting", "used_slots", "tokens_held", "slots_alloc"],
+                    "steps": steps,
+                },
+                f,
+                separators=(",", ":"),
+            )
         if keep_tokens:
             with open(self.out / f"tokens_{self.a.engine}_{name}.json", "w") as f:
                 json.dump({str(k): v for k, v in sorted(tokens.items())}, f)
@@ -319,8 +379,12 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:
         import traceback
 
-        rec = {"engine": a.engine, "status": "engine_init_failed", "error": f"{type(e).__name__}: {e}"[:3000],
-               "traceback_tail": traceback.format_exc()[-3000:]}
+        rec = {
+            "engine": a.engine,
+            "status": "engine_init_failed",
+            "error": f"{type(e).__name__}: {e}"[:3000],
+            "traceback_tail": traceback.format_exc()[-3000:],
+        }
         with open(Path(a.out_dir) / "results.jsonl", "a") as f:
             f.write(json.dumps(rec) + "\n")
         print("RESULT", json.dumps(rec), flush=True)
@@ -355,7 +419,9 @@ def main(argv: list[str] | None = None) -> None:
                 bench.run(name, prompts, olens, [int(np.ceil(factor * o)) for o in olens])
             elif run == "overload":
                 rng = np.random.default_rng(a.seed + 1)
-                arrivals = np.cumsum(rng.exponential(1.0 / a.overload_rate, size=len(prompts))).tolist()
+                arrivals = np.cumsum(
+                    rng.exponential(1.0 / a.overload_rate, size=len(prompts))
+                ).tolist()
                 bench.run(name, prompts, olens, olens, arrivals=arrivals)
             elif run == "parity":
                 pp, _ = workload(64, a.seed + 2, prompt=(16, 64), output=(32, 32), vocab=a.vocab)

@@ -28,7 +28,9 @@ KV_HEADS = 32
 HEAD = 128
 
 
-def _layout(seq_lens: np.ndarray, block: int, scattered: bool, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+def _layout(
+    seq_lens: np.ndarray, block: int, scattered: bool, rng: np.random.Generator
+) -> tuple[np.ndarray, int]:
     """Block table ``[B, max_blocks]`` over a pool just large enough (+1 null page)."""
     blocks_per = -(-seq_lens // block)
     total = int(blocks_per.sum())
@@ -45,8 +47,14 @@ def _layout(seq_lens: np.ndarray, block: int, scattered: bool, rng: np.random.Ge
     return table, total + 1
 
 
-def _reference(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, table: np.ndarray,
-               seq_lens: np.ndarray, block: int) -> torch.Tensor:
+def _reference(
+    q: torch.Tensor,
+    k_pages: torch.Tensor,
+    v_pages: torch.Tensor,
+    table: np.ndarray,
+    seq_lens: np.ndarray,
+    block: int,
+) -> torch.Tensor:
     out = torch.empty_like(q)
     for i, n in enumerate(seq_lens.tolist()):
         pages = torch.as_tensor(table[i, : -(-n // block)], device=q.device, dtype=torch.long)
@@ -73,8 +81,15 @@ def _time(fn: Any, iters: int = 50) -> float:
     return float(np.median(times))
 
 
-def run_triton(q: torch.Tensor, seq_lens: np.ndarray, table: np.ndarray, num_pages: int, block: int,
-               k_src: torch.Tensor, v_src: torch.Tensor) -> tuple[float, torch.Tensor]:
+def run_triton(
+    q: torch.Tensor,
+    seq_lens: np.ndarray,
+    table: np.ndarray,
+    num_pages: int,
+    block: int,
+    k_src: torch.Tensor,
+    v_src: torch.Tensor,
+) -> tuple[float, torch.Tensor]:
     from vllm.v1.attention.backends.triton_attn import (
         MIN_LAUNCH_GRID_SIZE_2D,
         NUM_PAR_SOFTMAX_SEGMENTS,
@@ -100,12 +115,27 @@ def run_triton(q: torch.Tensor, seq_lens: np.ndarray, table: np.ndarray, num_pag
 
     def fn() -> None:
         unified_attention(
-            q=q, k=key_cache, v=value_cache, out=out, cu_seqlens_q=cu_q, max_seqlen_q=1,
-            seqused_k=used, max_seqlen_k=int(seq_lens.max()), softmax_scale=1 / math.sqrt(HEAD),
-            causal=True, window_size=(-1, -1), block_table=bt, softcap=0, q_descale=None,
-            k_descale=ones, v_descale=ones, seq_threshold_3D=threshold,
-            num_par_softmax_segments=segs, softmax_segm_output=segm_out,
-            softmax_segm_max=segm_max, softmax_segm_expsum=segm_sum,
+            q=q,
+            k=key_cache,
+            v=value_cache,
+            out=out,
+            cu_seqlens_q=cu_q,
+            max_seqlen_q=1,
+            seqused_k=used,
+            max_seqlen_k=int(seq_lens.max()),
+            softmax_scale=1 / math.sqrt(HEAD),
+            causal=True,
+            window_size=(-1, -1),
+            block_table=bt,
+            softcap=0,
+            q_descale=None,
+            k_descale=ones,
+            v_descale=ones,
+            seq_threshold_3D=threshold,
+            num_par_softmax_segments=segs,
+            softmax_segm_output=segm_out,
+            softmax_segm_max=segm_max,
+            softmax_segm_expsum=segm_sum,
         )
 
     ms = _time(fn)
@@ -113,8 +143,15 @@ def run_triton(q: torch.Tensor, seq_lens: np.ndarray, table: np.ndarray, num_pag
     return ms, out.clone()
 
 
-def run_fa3(q: torch.Tensor, seq_lens: np.ndarray, table: np.ndarray, num_pages: int, block: int,
-            k_src: torch.Tensor, v_src: torch.Tensor) -> tuple[float, torch.Tensor]:
+def run_fa3(
+    q: torch.Tensor,
+    seq_lens: np.ndarray,
+    table: np.ndarray,
+    num_pages: int,
+    block: int,
+    k_src: torch.Tensor,
+    v_src: torch.Tensor,
+) -> tuple[float, torch.Tensor]:
     from vllm.vllm_flash_attn import flash_attn_varlen_func
 
     dev = q.device
@@ -128,9 +165,18 @@ def run_fa3(q: torch.Tensor, seq_lens: np.ndarray, table: np.ndarray, num_pages:
 
     def fn() -> None:
         flash_attn_varlen_func(
-            q=q, k=k_cache, v=v_cache, max_seqlen_q=1, cu_seqlens_q=cu_q,
-            max_seqlen_k=int(seq_lens.max()), seqused_k=used, softmax_scale=1 / math.sqrt(HEAD),
-            causal=True, block_table=bt, out=out, fa_version=3,
+            q=q,
+            k=k_cache,
+            v=v_cache,
+            max_seqlen_q=1,
+            cu_seqlens_q=cu_q,
+            max_seqlen_k=int(seq_lens.max()),
+            seqused_k=used,
+            softmax_scale=1 / math.sqrt(HEAD),
+            causal=True,
+            block_table=bt,
+            out=out,
+            fa_version=3,
         )
 
     ms = _time(fn)
@@ -165,20 +211,30 @@ def main(argv: list[str] | None = None) -> None:
             ]
             for kernel, block, scattered in cases:
                 row: dict[str, Any] = {
-                    "kernel": kernel, "page": block, "slots": "scattered" if scattered else "contiguous",
-                    "batch": b, "ctx": ctx, "mean_seq_len": float(seq_lens.mean()),
+                    "kernel": kernel,
+                    "page": block,
+                    "slots": "scattered" if scattered else "contiguous",
+                    "batch": b,
+                    "ctx": ctx,
+                    "mean_seq_len": float(seq_lens.mean()),
                 }
                 try:
                     table, num_pages = _layout(seq_lens, block, scattered, rng)
-                    k_src = torch.randn(num_pages, block, KV_HEADS, HEAD, dtype=torch.bfloat16, device=dev)
+                    k_src = torch.randn(
+                        num_pages, block, KV_HEADS, HEAD, dtype=torch.bfloat16, device=dev
+                    )
                     v_src = torch.randn_like(k_src)
                     runner = run_triton if kernel == "triton" else run_fa3
                     t0 = time.perf_counter()
                     ms, out = runner(q, seq_lens, table, num_pages, block, k_src, v_src)
                     row["ms"] = round(ms, 5)
                     check = min(b, 16)
-                    ref = _reference(q[:check], k_src, v_src, table[:check], seq_lens[:check], block)
-                    row["max_abs_err_vs_torch"] = float((out[:check].float() - ref.float()).abs().max())
+                    ref = _reference(
+                        q[:check], k_src, v_src, table[:check], seq_lens[:check], block
+                    )
+                    row["max_abs_err_vs_torch"] = float(
+                        (out[:check].float() - ref.float()).abs().max()
+                    )
                     row["wall_s"] = round(time.perf_counter() - t0, 2)
                     row["ok"] = row["max_abs_err_vs_torch"] < 2e-2
                 except Exception as e:  # report, keep going

@@ -103,9 +103,11 @@ def make_scheduler(
     cache_config = CacheConfig(
         block_size=block_size, cache_dtype="auto", enable_prefix_caching=False
     )
-    additional = {"proxima": {"mode": "on", **proxima}} if proxima is not None else {
-        "proxima": {"mode": "off"}
-    }
+    additional = (
+        {"proxima": {"mode": "on", **proxima}}
+        if proxima is not None
+        else {"proxima": {"mode": "off"}}
+    )
     vllm_config = VllmConfig(
         scheduler_config=scheduler_config,
         model_config=model_config,
@@ -139,9 +141,7 @@ def make_scheduler(
     return scheduler
 
 
-def simulate(
-    scheduler: Any, workload: Workload, name: str, step_limit: int = 200_000
-) -> SimResult:
+def simulate(scheduler: Any, workload: Workload, name: str, step_limit: int = 200_000) -> SimResult:
     """Run the workload to completion; returns counts per run."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.outputs import ModelRunnerOutput
@@ -182,7 +182,9 @@ def simulate(
                 temperature=0.0, max_tokens=workload.max_tokens[i], ignore_eos=True
             )
             request = Request(
-                request_id=str(i), prompt_token_ids=prompt, sampling_params=params,
+                request_id=str(i),
+                prompt_token_ids=prompt,
+                sampling_params=params,
                 pooling_params=None,
             )
             targets[str(i)] = workload.output_lens[i]
@@ -228,7 +230,9 @@ def simulate(
         if hasattr(manager, "pool"):
             used = manager.pool.num_used
         else:
-            used = (manager.block_pool.num_gpu_blocks - 1 - manager.block_pool.get_num_free_blocks()) * 16
+            used = (
+                manager.block_pool.num_gpu_blocks - 1 - manager.block_pool.get_num_free_blocks()
+            ) * 16
         peak_used = max(peak_used, used)
         step += 1
     capacity = (

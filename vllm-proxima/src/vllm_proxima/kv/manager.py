@@ -167,17 +167,14 @@ class ProximaKVCacheManager:
         """
         if num_new_tokens == 0 and num_external_computed_tokens == 0:
             raise ValueError(
-                "num_new_tokens must be greater than 0 when there are no "
-                "external computed tokens"
+                "num_new_tokens must be greater than 0 when there are no external computed tokens"
             )
         from vllm.v1.request import RequestStatus
 
         held = self.req_slots.get(request.request_id)
         have = held.n if held is not None else 0
         computed = min(
-            request.num_computed_tokens
-            + num_new_computed_tokens
-            + num_external_computed_tokens,
+            request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens,
             self.max_model_len,
         )
         need = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)

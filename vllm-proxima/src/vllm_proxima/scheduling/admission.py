@@ -76,9 +76,7 @@ class OutputLengthModel:
     got this far went on to use); with too few samples it is ``m``.
     """
 
-    def __init__(
-        self, window: int = 2048, min_samples: int = 32, quantile: float = 0.9
-    ) -> None:
+    def __init__(self, window: int = 2048, min_samples: int = 32, quantile: float = 0.9) -> None:
         self.ratios: deque[float] = deque(maxlen=window)
         self.min_samples = min_samples
         self.quantile = quantile
@@ -191,10 +189,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         held = np.fromiter((r.num_tokens for r in requests), np.int64, n)
         generated = np.fromiter((r.num_output_tokens for r in requests), np.int64, n)
         max_tokens = np.fromiter((r.max_tokens for r in requests), np.int64, n)
-        if self.learn:
-            final = self.lengths.final_lengths(generated, max_tokens)
-        else:
-            final = max_tokens
+        final = self.lengths.final_lengths(generated, max_tokens) if self.learn else max_tokens
         remaining = np.maximum(final - generated, 0)
         # A request never outgrows the model length.
         max_len = self.manager.max_model_len
@@ -248,9 +243,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._deferrals.pop(request.request_id, None)
 
 
-def make_admission_policy(
-    config: ProximaConfig, manager: ProximaKVCacheManager
-) -> AdmissionPolicy:
+def make_admission_policy(config: ProximaConfig, manager: ProximaKVCacheManager) -> AdmissionPolicy:
     """The policy named by ``--proxima-admission``."""
     if config.admission == "stock":
         return AdmissionPolicy(manager)

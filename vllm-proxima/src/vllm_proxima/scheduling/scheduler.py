@@ -48,8 +48,7 @@ def check_kv_cache_config(kv_cache_config: KVCacheConfig, block_size: int) -> No
         )
     if getattr(spec, "sliding_window", None):
         raise ProximaConfigUnsupported(
-            "proxima mode does not support sliding-window attention yet. "
-            "Use --proxima off."
+            "proxima mode does not support sliding-window attention yet. Use --proxima off."
         )
     if spec.block_size != 1 or block_size != 1:
         raise ProximaConfigUnsupported(
@@ -96,9 +95,7 @@ class ProximaSchedulerMixin:
     def _admission_decision(  # type: ignore[override]
         self, request: Request, num_new_tokens: int, num_computed_tokens: int
     ) -> Literal["admit", "skip", "stop"]:
-        return self.admission.decide(
-            request, num_new_tokens, num_computed_tokens, self.running
-        )
+        return self.admission.decide(request, num_new_tokens, num_computed_tokens, self.running)
 
     def _pop_preemption_victim(self, req_index: int) -> Request:  # type: ignore[override]
         victim_index = self.admission.pick_victim(self.running, req_index)
@@ -124,9 +121,7 @@ def _check_model_runner(vllm_config: VllmConfig) -> None:
     1-token pages that table is ``max_model_len`` wide, so refuse it on GPUs."""
     from vllm.platforms import current_platform
 
-    if current_platform.is_cuda_alike() and not getattr(
-        vllm_config, "use_v2_model_runner", False
-    ):
+    if current_platform.is_cuda_alike() and not getattr(vllm_config, "use_v2_model_runner", False):
         raise ProximaConfigUnsupported(
             "proxima mode on GPU needs vLLM's Model Runner V2 (it stages only new "
             "block-table entries); this model/config runs on Model Runner V1 "
@@ -145,8 +140,6 @@ class ProximaAsyncScheduler(ProximaSchedulerMixin, AsyncScheduler):
 def proxima_scheduler(vllm_config: VllmConfig, **kwargs: Any) -> Scheduler:
     """The value of ``--scheduler-cls`` in proxima mode: picks the variant."""
     cls = (
-        ProximaAsyncScheduler
-        if vllm_config.scheduler_config.async_scheduling
-        else ProximaScheduler
+        ProximaAsyncScheduler if vllm_config.scheduler_config.async_scheduling else ProximaScheduler
     )
     return cls(vllm_config=vllm_config, **kwargs)
