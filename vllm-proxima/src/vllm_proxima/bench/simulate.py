@@ -62,6 +62,9 @@ class SimResult:
     output_tokens: int
     scheduler_s: float
     per_step_us: float
+    busy_steps: int = 0
+    busy_schedule_us: float | None = None
+    busy_update_us: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,7 +93,9 @@ def make_scheduler(
 
     block_size = 1 if proxima is not None else 16
     num_blocks = kv_slots // block_size
-    model_config = ModelConfig(model=model, dtype="float32", seed=0, max_model_len=max_model_len)
+    model_config = ModelConfig(
+        model=model, dtype="float32", seed=0, max_model_len=max_model_len, skip_tokenizer_init=True
+    )
     scheduler_config = SchedulerConfig(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -141,7 +146,13 @@ def make_scheduler(
     return scheduler
 
 
-def simulate(scheduler: Any, workload: Workload, name: str, step_limit: int = 200_000) -> SimResult:
+def simulate(
+    scheduler: Any,
+    workload: Workload,
+    name: str,
+    step_limit: int = 200_000,
+    busy_fraction: bool = False,
+) -> SimResult:
     """Run the workload to completion; returns counts per run."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.outputs import ModelRunnerOutput
@@ -173,6 +184,9 @@ def simulate(scheduler: Any, workload: Workload, name: str, step_limit: int = 20
     step = 0
     sched_s = 0.0
     next_pending = 0
+    busy_threshold = max(1, int(0.9 * len(pending))) if busy_fraction else 10**9
+    busy_sched_s = busy_update_s = 0.0
+    busy_steps = 0
     while step < step_limit:
         while next_pending < len(pending) and arrival[pending[next_pending]] <= step:
             i = pending[next_pending]
@@ -193,6 +207,10 @@ def simulate(scheduler: Any, workload: Workload, name: str, step_limit: int = 20
             break
         t0 = time.perf_counter()
         out = scheduler.schedule()
+        t1 = time.perf_counter()
+        if len(scheduler.running) >= busy_threshold:
+            busy_sched_s += t1 - t0
+            busy_steps += 1
         req_ids: list[str] = []
         sampled: list[list[int]] = []
         stop_ids: list[str] = []
@@ -213,7 +231,10 @@ def simulate(scheduler: Any, workload: Workload, name: str, step_limit: int = 20
             prompt_logprobs_dict={},
             pooler_output=[],
         )
+        t2 = time.perf_counter()
         scheduler.update_from_output(out, model_output)
+        if len(scheduler.running) >= busy_threshold:
+            busy_update_s += time.perf_counter() - t2
         # Requests whose true output ends before max_tokens stop "on EOS".
         early = [r for r in stop_ids if r in scheduler.requests]
         if early:
@@ -253,6 +274,9 @@ def simulate(scheduler: Any, workload: Workload, name: str, step_limit: int = 20
         output_tokens=output_tokens,
         scheduler_s=round(sched_s, 3),
         per_step_us=round(1e6 * sched_s / max(step, 1), 1),
+        busy_steps=busy_steps,
+        busy_schedule_us=round(1e6 * busy_sched_s / busy_steps, 1) if busy_steps else None,
+        busy_update_us=round(1e6 * busy_update_s / busy_steps, 1) if busy_steps else None,
     )
 
 
@@ -273,8 +297,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--max-num-seqs", type=int, default=1024)
     parser.add_argument("--overcommit", type=float, default=None)
+    parser.add_argument(
+        "--busy",
+        action="store_true",
+        help="time schedule() and update_from_output() only on steps with >= 90%% of the "
+        "requests running (use a KV pool large enough to hold them all)",
+    )
+    parser.add_argument("--output", default="32-256", help="output length range lo-hi")
     args = parser.parse_args(argv)
-    workload = Workload.uniform(args.requests, max_tokens_factor=args.max_tokens_factor)
+    lo, hi = (int(x) for x in args.output.split("-"))
+    workload = Workload.uniform(
+        args.requests, output=(lo, hi), max_tokens_factor=args.max_tokens_factor
+    )
     for name in args.configs.split(","):
         proxima = CONFIGS[name]
         if proxima is not None and args.overcommit is not None:
@@ -282,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
         scheduler = make_scheduler(
             args.model, proxima, args.kv_slots, max_num_seqs=args.max_num_seqs
         )
-        result = simulate(scheduler, workload, name)
+        result = simulate(scheduler, workload, name, busy_fraction=args.busy)
         print(json.dumps(result.to_dict()), flush=True)
 
 

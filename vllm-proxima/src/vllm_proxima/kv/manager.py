@@ -23,6 +23,15 @@ if TYPE_CHECKING:
 _EMPTY = np.zeros(0, dtype=np.int32)
 
 
+def _admitting_statuses() -> tuple[Any, ...]:
+    from vllm.v1.request import RequestStatus
+
+    return (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+
+_ADMITTING = _admitting_statuses()
+
+
 class SlotBlocks:
     """Duck-types upstream's ``KVCacheBlocks`` for one KV cache group.
 
@@ -169,8 +178,6 @@ class ProximaKVCacheManager:
             raise ValueError(
                 "num_new_tokens must be greater than 0 when there are no external computed tokens"
             )
-        from vllm.v1.request import RequestStatus
-
         held = self.req_slots.get(request.request_id)
         have = held.n if held is not None else 0
         computed = min(
@@ -181,10 +188,7 @@ class ProximaKVCacheManager:
         num_to_allocate = max(0, need - have)
 
         watermark = 0
-        if has_scheduled_reqs and request.status in (
-            RequestStatus.WAITING,
-            RequestStatus.PREEMPTED,
-        ):
+        if self.watermark_slots and has_scheduled_reqs and request.status in _ADMITTING:
             watermark = self.watermark_slots
         available = self.pool.num_free - reserved_blocks
         if full_sequence_must_fit:

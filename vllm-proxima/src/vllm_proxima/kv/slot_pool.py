@@ -139,6 +139,17 @@ class SlotPool:
             The slots, in the order the request should use them, or None (and no
             state change) if fewer than ``n`` slots are free.
         """
+        if n == 1 and after >= 0 and self._free_buf[after + 1]:
+            # Fast path (a decode step): continue the run in place. The sentinel
+            # byte at num_slots is never free, so after + 1 needs no bound check.
+            nxt = after + 1
+            self._free_buf[nxt] = 0
+            self._full_buf[nxt >> 3] = 0
+            self._refcnt[nxt] = 1
+            self._num_free -= 1
+            if self.debug:
+                self.check_invariants()
+            return np.array((nxt,), dtype=np.int32)
         if n < 0:
             raise ValueError(f"negative slot count {n}")
         if n > self._num_free:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 Decision = Literal["admit", "skip", "stop"]
 
-MAX_SKIPS_PER_STEP = 8
+MAX_SKIPS_PER_STEP = 4
 """Requests passed over in one step before admission stops (bounds the work)."""
 MAX_DEFERRALS = 64
 """Steps a request may be passed over before nothing behind it is admitted."""
@@ -147,6 +147,9 @@ class AdmissionPolicy:
         """A request finished normally (not aborted): learn from it."""
         self.lengths.observe(request.num_output_tokens, request.max_tokens)
 
+    def on_release(self, request: Request) -> None:
+        """A request left the resident set (finished or aborted)."""
+
     def stats(self) -> dict[str, float]:
         return {
             "preemptions": self.num_preemptions,
@@ -174,6 +177,12 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._remaining: np.ndarray | None = None
         self._skips = 0
         self._deferrals: dict[str, int] = {}
+        # NOTE: without a departure the combined projected peak only grows
+        # (residents advance while the candidates wait), so a candidate set that
+        # failed stays failed until a request leaves: _gen counts departures and
+        # _failed_gen remembers the last one a "stop" was decided under.
+        self._gen = 0
+        self._failed_gen = -1
 
     def begin_step(self) -> None:
         self._held = None
@@ -203,6 +212,8 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         num_computed_tokens: int,
         running: list[Request],
     ) -> Decision:
+        if self._failed_gen == self._gen:
+            return "stop"  # nothing left since the last failed attempt
         if self._held is None:
             self._held, self._remaining = self._project(running)
         assert self._remaining is not None
@@ -221,6 +232,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._skips += 1
         if waited > MAX_DEFERRALS or self._skips >= MAX_SKIPS_PER_STEP:
             # The head has waited long enough: admit nothing behind it.
+            self._failed_gen = self._gen
             return "stop"
         return "skip"
 
@@ -241,6 +253,13 @@ class ProjectedPeakPolicy(AdmissionPolicy):
     def on_finish(self, request: Request) -> None:
         super().on_finish(request)
         self._deferrals.pop(request.request_id, None)
+
+    def on_release(self, request: Request) -> None:
+        self._gen += 1
+
+    def on_preempt(self, request: Request) -> None:
+        super().on_preempt(request)
+        self._gen += 1
 
 
 def make_admission_policy(config: ProximaConfig, manager: ProximaKVCacheManager) -> AdmissionPolicy:

@@ -90,6 +90,7 @@ class ProximaSchedulerMixin:
 
         if request.status != RequestStatus.FINISHED_ABORTED:
             self.admission.on_finish(request)
+        self.admission.on_release(request)
         return super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
 
     def _admission_decision(  # type: ignore[override]
