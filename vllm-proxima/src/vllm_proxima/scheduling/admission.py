@@ -76,7 +76,7 @@ class OutputLengthModel:
     got this far went on to use); with too few samples it is ``m``.
     """
 
-    def __init__(self, window: int = 2048, min_samples: int = 32, quantile: float = 0.9) -> None:
+    def __init__(self, window: int = 2048, min_samples: int = 8, quantile: float = 0.9) -> None:
         self.ratios: deque[float] = deque(maxlen=window)
         self.min_samples = min_samples
         self.quantile = quantile
