@@ -50,14 +50,29 @@ def main(spec_path: str, out_path: str) -> None:
 
     aborts = {int(k): int(v) for k, v in spec.get("abort_after_steps", {}).items()}
     outputs: dict[str, dict[str, Any]] = {}
-    for i, req in enumerate(spec["requests"]):
+    requests = spec["requests"]
+    prompts: dict[str, list[int]] = {}
+
+    def submit(rid: str, prompt: list[int], max_tokens: int) -> None:
         params = SamplingParams(
-            temperature=0.0,
-            max_tokens=req["max_tokens"],
-            ignore_eos=req.get("ignore_eos", True),
-            detokenize=False,
+            temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False
         )
-        engine.add_request(str(i), {"prompt_token_ids": req["prompt_token_ids"]}, params)
+        prompts[rid] = prompt
+        engine.add_request(rid, {"prompt_token_ids": prompt}, params)
+
+    # Follow-ups (chat turns): {"parent": i, "suffix": [...], "max_tokens": n} starts
+    # when request i finishes, with prompt = i's prompt + i's output + suffix.
+    followups = spec.get("followups", [])
+
+    def submit_followups(parent: str, output: list[int]) -> None:
+        for j, f in enumerate(followups):
+            if str(f["parent"]) == parent:
+                rid = f"f{j}"
+                submit(rid, prompts[parent] + output + f["suffix"], f["max_tokens"])
+
+    for i, req in enumerate(requests):
+        if req.get("start", True):
+            submit(str(i), req["prompt_token_ids"], req["max_tokens"])
 
     steps = 0
     step_limit = spec.get("step_limit", 100_000)
@@ -68,7 +83,9 @@ def main(spec_path: str, out_path: str) -> None:
                 outputs[out.request_id] = {
                     "token_ids": list(out.outputs[0].token_ids),
                     "finish_reason": out.outputs[0].finish_reason,
+                    "num_cached_tokens": out.num_cached_tokens,
                 }
+                submit_followups(out.request_id, list(out.outputs[0].token_ids))
         steps += 1
         max_running = max(max_running, len(scheduler.running))
         due = [str(i) for i, s in aborts.items() if s == steps]
@@ -89,8 +106,17 @@ def main(spec_path: str, out_path: str) -> None:
     }
     manager = scheduler.kv_cache_manager
     pool = getattr(manager, "pool", None)
+    result["cached_tokens_total"] = sum(o.get("num_cached_tokens") or 0 for o in outputs.values())
+    result["prompt_tokens_total"] = sum(len(p) for p in prompts.values())
     if pool is not None:
         pool.check_invariants()
+        cache = getattr(manager, "cache", None)
+        result["prefix_cache"] = None
+        if cache is not None:
+            cache.check_invariants()
+            st = cache.stats()
+            result["prefix_cache"] = {"cached": st.cached, "hits": st.hits, "queries": st.queries}
+            manager.reset_prefix_cache()  # refcounts must drop to zero once cleared
         result["pool"] = {
             "num_usable": int(pool.num_usable),
             "num_free": int(pool.num_free),

@@ -21,6 +21,7 @@ class ProximaEngineArgs(EngineArgs):
     proxima_admission: str | None = None
     proxima_overcommit: float | None = None
     proxima_debug_invariants: bool | None = None
+    proxima_evict: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -29,6 +30,7 @@ class ProximaEngineArgs(EngineArgs):
             "admission": self.proxima_admission,
             "overcommit": self.proxima_overcommit,
             "debug_invariants": self.proxima_debug_invariants,
+            "evict": self.proxima_evict,
         }
         options = {k: v for k, v in options.items() if v is not None}
         if options:

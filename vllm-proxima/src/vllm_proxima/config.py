@@ -20,6 +20,7 @@ MODE_ENV = "PROXIMA_MODE"
 
 MODES = ("on", "off")
 ADMISSION_POLICIES = ("stock", "conservative", "adaptive")
+EVICTION_POLICIES = ("lru", "lfu", "arc")
 
 
 class ProximaConfigError(ValueError):
@@ -41,12 +42,17 @@ class ProximaConfig:
             may exceed (0.0-0.5).
         debug_invariants: check the slot pool's invariants after every change
             (slow; for tests and debugging).
+        prefix_sharing: token-level prefix sharing (the radix cache). ``None``
+            until resolved from vLLM's ``--enable-prefix-caching`` (on by default).
+        evict: eviction policy of the prefix cache: ``lru``, ``lfu`` or ``arc``.
     """
 
     mode: str = "on"
     admission: str = "adaptive"
     overcommit: float = 0.0
     debug_invariants: bool = False
+    prefix_sharing: bool | None = None
+    evict: str = "lru"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -57,6 +63,11 @@ class ProximaConfig:
             raise ProximaConfigError(
                 "--proxima-admission must be one of "
                 f"{', '.join(ADMISSION_POLICIES)}; got {self.admission!r}"
+            )
+        if self.evict not in EVICTION_POLICIES:
+            raise ProximaConfigError(
+                f"--proxima-evict must be one of {', '.join(EVICTION_POLICIES)}; "
+                f"got {self.evict!r}"
             )
         if not isinstance(self.overcommit, (int, float)) or not (
             0.0 <= float(self.overcommit) <= 0.5

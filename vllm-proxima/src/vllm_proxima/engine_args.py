@@ -9,6 +9,7 @@ vLLM config is built. With ``--proxima off`` nothing is changed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from vllm_proxima import __version__
 from vllm_proxima.config import (
     ADMISSION_POLICIES,
     CONFIG_KEY,
+    EVICTION_POLICIES,
     MODES,
     ProximaConfig,
     ProximaConfigError,
@@ -34,6 +36,7 @@ _FLAG_FIELDS = {
     "proxima_admission": "admission",
     "proxima_overcommit": "overcommit",
     "proxima_debug_invariants": "debug_invariants",
+    "proxima_evict": "evict",
 }
 
 _announced = False
@@ -65,6 +68,13 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="For the adaptive policy: how far (0.0-0.5, a fraction of the KV "
         "pool) the projected peak may exceed the pool (default 0.0).",
+    )
+    group.add_argument(
+        "--proxima-evict",
+        choices=EVICTION_POLICIES,
+        default=None,
+        help="Eviction policy of the token-level prefix cache (default: lru). The cache "
+        "itself follows --enable-prefix-caching / --no-enable-prefix-caching.",
     )
     group.add_argument(
         "--proxima-debug-invariants",
@@ -105,6 +115,12 @@ def apply_to_engine_args(engine_args: EngineArgs) -> ProximaConfig:
     if engine_args.additional_config is None:
         engine_args.additional_config = {}
     config = ProximaConfig.from_dict(engine_args.additional_config.get(CONFIG_KEY))
+    if config.enabled and config.prefix_sharing is None:
+        # Prefix caching keeps its stock switch (on by default in vLLM 0.26); proxima
+        # serves it with token-level sharing, so vLLM's block hashing stays off.
+        config = dataclasses.replace(
+            config, prefix_sharing=engine_args.enable_prefix_caching is not False
+        )
     # Resolved (mode included), so every engine process agrees on it.
     engine_args.additional_config[CONFIG_KEY] = config.to_dict()
     _announce(config)
@@ -120,13 +136,7 @@ def apply_to_engine_args(engine_args: EngineArgs) -> ProximaConfig:
         )
     engine_args.block_size = 1
 
-    if engine_args.enable_prefix_caching is not False:
-        logger.warning(
-            "proxima: prefix caching is off in proxima mode until token-level "
-            "prefix sharing lands (compare with --no-enable-prefix-caching on "
-            "stock)"
-        )
-        engine_args.enable_prefix_caching = False
+    engine_args.enable_prefix_caching = False  # no block hashing: the radix cache shares
 
     _select_attention_backend(engine_args)
 
@@ -153,7 +163,12 @@ def _announce(config: ProximaConfig) -> None:
         __version__,
         vllm.__version__,
         config.mode,
-        f" (admission={config.admission})" if config.enabled else "",
+        (
+            f" (admission={config.admission}, prefix sharing "
+            f"{'on, evict=' + config.evict if config.prefix_sharing else 'off'})"
+        )
+        if config.enabled
+        else "",
     )
 
 

@@ -41,6 +41,27 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "counter",
         "Times a waiting request was held back by the admission policy.",
     ),
+    "cached_slots": ("proxima:prefix_cached_slots", "gauge", "Slots held by the prefix cache."),
+    "shared_slots": (
+        "proxima:prefix_shared_slots",
+        "gauge",
+        "Cached slots also referenced by a running request.",
+    ),
+    "prefix_hits_tokens": (
+        "proxima:prefix_hit_tokens_total",
+        "counter",
+        "Prompt tokens found in the prefix cache (token granularity).",
+    ),
+    "prefix_queries_tokens": (
+        "proxima:prefix_query_tokens_total",
+        "counter",
+        "Prompt tokens looked up in the prefix cache.",
+    ),
+    "evictions": (
+        "proxima:prefix_evicted_slots_total",
+        "counter",
+        "Cached slots freed by the eviction policy.",
+    ),
     "projected_peak_slots": (
         "proxima:projected_peak_slots",
         "gauge",

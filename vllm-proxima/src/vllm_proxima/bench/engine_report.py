@@ -66,15 +66,22 @@ def kernel_table(rows: list[dict[str, Any]]) -> str:
             continue
         key = (r["ctx"], r["batch"])
         by.setdefault(key, {})[f"{r['kernel']}/{r['page']}/{r['slots']}"] = r["ms"]
-    out = [
+    header = (
         "| context | seqs | Triton p16 ms | Triton p1 contiguous ms | Triton p1 scattered ms "
         "| FA3 p16 ms | FA3 p1 ms | Triton p1 / Triton p16 | Triton p1 / FA3 p16 "
-        "| FA3 p1 / FA3 p16 |",
+        "| FA3 p1 / FA3 p16 |"
+    )
+    out = [
+        header,
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (ctx, b), m in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         t16, t1 = m.get("triton/16/contiguous"), m.get("triton/1/contiguous")
-        ts, f16, f1 = m.get("triton/1/scattered"), m.get("fa3/16/contiguous"), m.get("fa3/1/contiguous")
+        ts, f16, f1 = (
+            m.get("triton/1/scattered"),
+            m.get("fa3/16/contiguous"),
+            m.get("fa3/1/contiguous"),
+        )
 
         def ratio(a: float | None, b_: float | None) -> str:
             return f"{a / b_:.3f}" if a and b_ else "–"

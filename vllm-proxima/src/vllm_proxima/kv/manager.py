@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from vllm_proxima.kv.radix import RadixCache
 from vllm_proxima.kv.slot_pool import SlotPool
 
 if TYPE_CHECKING:
@@ -72,11 +73,12 @@ class SlotBlocks:
 class _RequestSlots:
     """A request's slot ids in token order, in a buffer grown by doubling."""
 
-    __slots__ = ("buf", "n")
+    __slots__ = ("buf", "cached", "n")
 
     def __init__(self) -> None:
         self.buf = np.empty(64, dtype=np.int32)
         self.n = 0
+        self.cached = 0  # leading tokens already offered to the prefix cache
 
     def append(self, slots: NDArray[np.int32]) -> None:
         end = self.n + slots.size
@@ -106,6 +108,9 @@ class ProximaKVCacheManager:
         watermark: fraction of slots kept free when admitting new requests
             (upstream's ``--watermark``).
         debug: check the pool's invariants after every change.
+        prefix_sharing: share KV between requests through a token-level radix
+            cache (vLLM's prefix caching, at token granularity).
+        evict: the prefix cache's eviction policy (``lru``, ``lfu``, ``arc``).
     """
 
     def __init__(
@@ -115,14 +120,23 @@ class ProximaKVCacheManager:
         log_stats: bool = False,
         watermark: float = 0.0,
         debug: bool = False,
+        prefix_sharing: bool = False,
+        evict: str = "lru",
     ) -> None:
         from vllm.v1.metrics.stats import PrefixCacheStats
 
         self.pool = SlotPool(num_slots, num_reserved=1, debug=debug)
         self.max_model_len = max_model_len
         self.log_stats = log_stats
-        self.enable_caching = False
+        self.cache: RadixCache | None = (
+            RadixCache(self.pool, evict, debug=debug) if prefix_sharing else None
+        )
+        self.enable_caching = self.cache is not None
         self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
+        self._evictable = 0  # cached slots nobody else holds, refreshed by usage
+        self._usage_calls = 0
+        self._usage_key = -1
+        self._version = 0  # bumped by every change of the pool or the cache
         self.watermark_slots = int(watermark * num_slots)
         self.empty_kv_cache_blocks = SlotBlocks(_EMPTY)
         self.req_slots: dict[str, _RequestSlots] = {}
@@ -130,8 +144,32 @@ class ProximaKVCacheManager:
     # ------------------------------------------------------------------ state
     @property
     def usage(self) -> float:
-        """Fraction of usable slots held by requests (``vllm:kv_cache_usage_perc``)."""
-        return self.pool.usage
+        """Fraction of usable slots held by requests (``vllm:kv_cache_usage_perc``).
+
+        As in stock vLLM, cached KV that eviction could free counts as free.
+        NOTE: the evictable count is one O(num_slots) vectorised pass, redone when
+        the pool or the cache changed; above 256k slots at most every 16th call.
+        """
+        if self.cache is None or not self.cache.num_cached_slots:
+            return self.pool.usage
+        key = self._version
+        if key != self._usage_key and (
+            self.pool.num_slots <= 1 << 18 or self._usage_calls % 16 == 0
+        ):
+            self._evictable = self.cache.num_evictable_slots
+            self._usage_key = key
+        self._usage_calls += 1
+        used = max(0, self.pool.num_used - self._evictable)
+        return used / self.pool.num_usable
+
+    @staticmethod
+    def namespace(request: Request) -> tuple[int, str | None] | None:
+        """Requests share KV only within one namespace (stock's isolation rules:
+        the LoRA adapter and the cache salt); ``None``: never cached (multimodal)."""
+        if getattr(request, "mm_features", None):
+            return None
+        lora = request.lora_request.lora_int_id if request.lora_request else 0
+        return (lora, request.cache_salt)
 
     @property
     def num_free_slots(self) -> int:
@@ -140,6 +178,19 @@ class ProximaKVCacheManager:
     def num_slots_of(self, request_id: str) -> int:
         held = self.req_slots.get(request_id)
         return held.n if held is not None else 0
+
+    def cache_stats(self) -> dict[str, float]:
+        """Prefix-cache figures for ``proxima:*`` metrics (O(num_slots): call sparingly)."""
+        if self.cache is None:
+            return {}
+        st = self.cache.stats()
+        return {
+            "cached_slots": st.cached,
+            "shared_slots": st.shared,
+            "prefix_hits_tokens": st.hits,
+            "prefix_queries_tokens": st.queries,
+            "evictions": st.evicted,
+        }
 
     def stranded_by_block16(self) -> int:
         """Slots that block-16 rounding would leave empty right now."""
@@ -152,8 +203,28 @@ class ProximaKVCacheManager:
 
     # ------------------------------------------------------------- allocation
     def get_computed_blocks(self, request: Request) -> tuple[SlotBlocks, int, int]:
-        """No prefix cache yet: nothing is ever computed ahead."""
-        return self.empty_kv_cache_blocks, 0, 0
+        """The longest cached prefix of the request, at token granularity.
+
+        The last token is always recomputed (its logits are needed), so at most
+        ``num_tokens - 1`` tokens hit. No references are taken here:
+        ``allocate_slots`` takes them for the hit it is given.
+        """
+        if self.cache is None or request.skip_reading_prefix_cache:
+            return self.empty_kv_cache_blocks, 0, 0
+        ns = self.namespace(request)
+        if ns is None:
+            return self.empty_kv_cache_blocks, 0, 0
+        tokens = np.asarray(request.all_token_ids[: request.num_tokens - 1], dtype=np.int32)
+        slots, hit = self.cache.match(tokens, ns)
+        if self.log_stats and self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.record(
+                num_tokens=request.num_tokens,
+                num_hits=hit,
+                preempted=request.num_preemptions > 0,
+            )
+        if hit == 0:
+            return self.empty_kv_cache_blocks, 0, 0
+        return SlotBlocks(slots), hit, 0
 
     def allocate_slots(
         self,
@@ -179,7 +250,8 @@ class ProximaKVCacheManager:
                 "num_new_tokens must be greater than 0 when there are no external computed tokens"
             )
         held = self.req_slots.get(request.request_id)
-        have = held.n if held is not None else 0
+        hit = new_computed_blocks.slots if new_computed_blocks is not None else _EMPTY
+        have = (held.n if held is not None else 0) + hit.size
         computed = min(
             request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens,
             self.max_model_len,
@@ -190,31 +262,55 @@ class ProximaKVCacheManager:
         watermark = 0
         if self.watermark_slots and has_scheduled_reqs and request.status in _ADMITTING:
             watermark = self.watermark_slots
-        available = self.pool.num_free - reserved_blocks
+        self._version += 1
+        if hit.size:
+            # Take the hit first, so eviction below cannot take it away.
+            self.pool.incref(hit)
+        want = num_to_allocate + watermark
         if full_sequence_must_fit:
-            full = max(0, min(request.num_tokens, self.max_model_len) - have)
-            if full + watermark > available:
-                return None
-        if num_to_allocate + watermark > available:
-            return None
-        if num_to_allocate == 0:
-            if held is None:
-                self.req_slots[request.request_id] = _RequestSlots()
-            return self.empty_kv_cache_blocks
-
-        slots = self.pool.allocate(num_to_allocate, after=held.last if held else -1)
-        if slots is None:  # pragma: no cover - guarded by the check above
+            want = max(want, max(0, min(request.num_tokens, self.max_model_len) - have) + watermark)
+        if want > self.pool.num_free - reserved_blocks and self.cache is not None:
+            self.cache.evict(want - (self.pool.num_free - reserved_blocks))
+        if want > self.pool.num_free - reserved_blocks:
+            if hit.size:
+                self.pool.free(hit)
             return None
         if held is None:
             held = self.req_slots[request.request_id] = _RequestSlots()
+        if hit.size:
+            held.append(hit)
+            held.cached = held.n  # already in the cache
+        if num_to_allocate == 0:
+            return self.empty_kv_cache_blocks
+        slots = self.pool.allocate(num_to_allocate, after=held.last)
+        if slots is None:  # pragma: no cover - guarded by the check above
+            return None
         held.append(slots)
+        if (
+            self.cache is not None
+            and not delay_cache_blocks
+            and held.cached < request.num_prompt_tokens
+        ):
+            # As stock caches blocks when they are allocated: later requests in
+            # this very step may already share the prompt (its KV is written
+            # before attention reads it, layer by layer).
+            self._offer(request, held, min(computed + num_new_tokens, request.num_prompt_tokens))
         return SlotBlocks(slots)
 
     def free(self, request: Request) -> None:
-        """Return every slot of the request to the pool."""
+        """Return every slot of the request to the pool.
+
+        With prefix sharing, the request's computed tokens (prompt and output) are
+        offered to the cache first, on finish and on preemption alike: a preempted
+        request that resumes, or a next chat turn, finds them there.
+        """
         held = self.req_slots.pop(request.request_id, None)
-        if held is not None and held.n:
-            self.pool.free(held.slots)
+        if held is None or not held.n:
+            return
+        self._version += 1
+        if self.cache is not None:
+            self._offer(request, held, request.num_computed_tokens)
+        self.pool.free(held.slots)
 
     # ------------------------------------------------------------ block ids
     def get_blocks(self, request_id: str) -> SlotBlocks:
@@ -249,6 +345,11 @@ class ProximaKVCacheManager:
         return stats
 
     def reset_prefix_cache(self) -> bool:
+        self._version += 1
+        if self.cache is not None:
+            self.cache.reset()
+            for held in self.req_slots.values():
+                held.cached = 0
         if self.log_stats and self.prefix_cache_stats is not None:
             self.prefix_cache_stats.reset = True
         return True
@@ -257,7 +358,29 @@ class ProximaKVCacheManager:
         return 0
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
-        return None
+        """Offer the request's prompt to the cache as its chunks are scheduled.
+
+        Decode tokens are offered once, when the request is freed: inserting
+        every step would walk the tree per request per step.
+        """
+        if self.cache is None:
+            return
+        held = self.req_slots.get(request.request_id)
+        if held is None or held.cached >= request.num_prompt_tokens:
+            return
+        self._offer(request, held, min(num_computed_tokens, request.num_prompt_tokens))
+
+    def _offer(self, request: Request, held: _RequestSlots, num_tokens: int) -> None:
+        assert self.cache is not None
+        n = min(num_tokens, held.n, request.num_tokens)
+        if n <= held.cached:
+            return
+        ns = self.namespace(request)
+        if ns is None:
+            return
+        tokens = np.asarray(request.all_token_ids[:n], dtype=np.int32)
+        self.cache.insert(tokens, held.slots[:n], ns)
+        held.cached = n
 
     def remove_skipped_blocks(
         self,

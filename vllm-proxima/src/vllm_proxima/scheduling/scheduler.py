@@ -77,7 +77,11 @@ class ProximaSchedulerMixin:
             log_stats=kwargs.get("log_stats", False),
             watermark=kwargs.get("watermark", 0.0),
             debug=self.proxima_config.debug_invariants,
+            prefix_sharing=bool(self.proxima_config.prefix_sharing),
+            evict=self.proxima_config.evict,
         )
+        self._stats_calls = 0
+        self._cache_stats: dict[str, float] = {}
         self.admission = make_admission_policy(self.proxima_config, manager)
         return manager
 
@@ -114,6 +118,11 @@ class ProximaSchedulerMixin:
             "stranded_block16": manager.stranded_by_block16(),
         }
         stats.update(self.admission.stats())
+        if manager.cache is not None:
+            if self._stats_calls % 16 == 0:  # O(num_slots): every 16th step
+                self._cache_stats = manager.cache_stats()
+            self._stats_calls += 1
+            stats.update(self._cache_stats)
         return {"proxima": stats}
 
 

@@ -1,0 +1,142 @@
+"""Token-level prefix sharing through the KV manager (the radix cache over shared slots)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("vllm")
+
+from tests.unit.utils import make_request  # noqa: E402
+from vllm_proxima.kv.manager import ProximaKVCacheManager  # noqa: E402
+
+
+def make_manager(num_slots: int = 401, **kw) -> ProximaKVCacheManager:
+    kw.setdefault("prefix_sharing", True)
+    return ProximaKVCacheManager(num_slots=num_slots, max_model_len=300, debug=True, **kw)
+
+
+def request(tokens: list[int], max_tokens: int = 8, salt: str | None = None):
+    r = make_request(len(tokens), max_tokens=max_tokens)
+    r.prompt_token_ids[:] = tokens
+    r._all_token_ids[:] = tokens
+    if salt is not None:
+        r.cache_salt = salt
+    return r
+
+
+def admit(m: ProximaKVCacheManager, r) -> tuple[np.ndarray, int]:
+    """What the scheduler does for a waiting request: look up, allocate, compute."""
+    blocks, hit, _ = m.get_computed_blocks(r)
+    new = m.allocate_slots(
+        r, r.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks
+    )
+    assert new is not None
+    r.num_computed_tokens = r.num_tokens
+    return np.asarray(m.get_block_ids(r.request_id)[0]), hit
+
+
+def test_shares_exactly_the_common_tokens_at_any_length() -> None:
+    m = make_manager()
+    system = list(range(100, 137))  # 37 tokens: not a multiple of 16
+    a = request(system + [1, 2, 3])
+    b = request(system + [9, 9])
+    slots_a, hit_a = admit(m, a)
+    slots_b, hit_b = admit(m, b)
+    assert hit_a == 0 and hit_b == 37
+    assert (slots_b[:37] == slots_a[:37]).all()
+    assert not set(slots_b[37:].tolist()) & set(slots_a.tolist())
+    # Shared slots are held by both requests and the cache.
+    assert (m.pool.refcount(slots_a[:37]) == 3).all()
+
+
+def test_the_last_prompt_token_is_always_recomputed() -> None:
+    m = make_manager()
+    p = list(range(5, 25))
+    admit(m, request(p))
+    _, hit = admit(m, request(p))
+    assert hit == len(p) - 1
+
+
+def test_next_chat_turn_reuses_prompt_and_answer() -> None:
+    m = make_manager()
+    turn1 = request(list(range(50, 90)))
+    admit(m, turn1)
+    for tok in (7, 8, 9, 10):  # decode four tokens
+        turn1.append_output_token_ids(tok)
+        assert m.allocate_slots(turn1, 1) is not None
+        turn1.num_computed_tokens += 1
+    m.free(turn1)  # finished: prompt and answer go to the cache
+    history = list(turn1.all_token_ids)
+    turn2 = request(history + [3, 4, 5])
+    _, hit = admit(m, turn2)
+    assert hit == turn1.num_computed_tokens
+
+
+def test_namespaces_isolate() -> None:
+    m = make_manager()
+    p = list(range(10, 60))
+    admit(m, request(p, salt="alice"))
+    _, hit = admit(m, request(p, salt="bob"))
+    assert hit == 0
+
+
+def test_eviction_frees_only_unreferenced_cached_slots() -> None:
+    m = make_manager(num_slots=121)  # 120 usable
+    running = request(list(range(1, 51)))  # 50 slots, stays
+    slots_running, _ = admit(m, running)
+    done = request(list(range(200, 260)))  # 60 slots, finishes -> cached
+    admit(m, done)
+    m.free(done)
+    assert m.pool.num_free == 10
+    newcomer = request(list(range(500, 540)))  # needs 40: 30 must be evicted
+    slots_new, hit = admit(m, newcomer)
+    assert hit == 0
+    assert (m.pool.refcount(slots_running) >= 1).all()  # never evicted
+    assert m.cache.stats().evicted >= 30
+
+
+def test_failed_allocation_releases_the_hit() -> None:
+    m = make_manager(num_slots=61)
+    p = list(range(1, 41))
+    first = request(p)
+    admit(m, first)  # 40 slots, stays running
+    second = request(p + list(range(100, 140)))  # hit 40, needs 40 more: only 20 free
+    blocks, hit, _ = m.get_computed_blocks(second)
+    assert hit == 40
+    before = m.pool.refcount(blocks.slots).copy()
+    assert m.allocate_slots(second, 40, num_new_computed_tokens=hit, new_computed_blocks=blocks) is None
+    assert (m.pool.refcount(blocks.slots) == before).all()
+
+
+def test_everything_returns_to_the_pool_after_reset() -> None:
+    rng = np.random.default_rng(0)
+    m = make_manager(num_slots=2001)
+    prefixes = [rng.integers(3, 900, size=int(n)).tolist() for n in (17, 33, 50)]
+    live = []
+    for i in range(60):
+        toks = prefixes[i % 3] + rng.integers(3, 900, size=int(rng.integers(1, 30))).tolist()
+        r = request(toks)
+        blocks, hit, _ = m.get_computed_blocks(r)
+        if m.allocate_slots(r, r.num_tokens - hit, num_new_computed_tokens=hit,
+                            new_computed_blocks=blocks) is None:
+            continue
+        r.num_computed_tokens = r.num_tokens
+        live.append(r)
+        if len(live) > 10:
+            m.free(live.pop(int(rng.integers(len(live)))))
+    for r in live:
+        m.free(r)
+    assert m.cache.stats().hits > 0
+    m.reset_prefix_cache()
+    assert m.pool.num_free == m.pool.num_usable
+    m.pool.check_invariants()
+
+
+def test_usage_counts_evictable_cache_as_free() -> None:
+    m = make_manager()
+    r = request(list(range(1, 101)))
+    admit(m, r)
+    assert m.usage == pytest.approx(100 / 400)
+    m.free(r)  # all 100 now only cached
+    assert m.usage == pytest.approx(0.0)
