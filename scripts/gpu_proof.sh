@@ -24,7 +24,8 @@ engine() {  # engine NAME CAP ARGS...
   [ "$cap" -gt "$l" ] && cap=$l
   echo "=== $name (cap ${cap}s): $*" | tee -a "$LOG"
   local ts; ts=$(date +%s)
-  timeout -k 5 "$cap" python3 -m vllm_proxima.bench.engine_ab --out-dir "$W" --budget-s $((cap - 40)) "$@" \
+  # --budget-s: no new run starts once this much of the cap has passed (a run takes ~25 s).
+  timeout -k 5 "$cap" python3 -m vllm_proxima.bench.engine_ab --out-dir "$W" --budget-s $((cap - 30)) "$@" \
     > "$W/$name.log" 2>&1
   local rc=$?
   echo "=== $name rc=$rc took $(( $(date +%s) - ts ))s" | tee -a "$LOG"
@@ -56,6 +57,10 @@ case $PLAN in
     engine proxima-b 190 --engine proxima --runs base:adaptive,mt4:adaptive,mt1.5:adaptive,parity:stock --tag b
     engine stock-fa3-b 75 --engine stock-fa3 --runs base --tag b
     engine stock-triton-b 90 --engine stock-triton --runs base,parity --tag b
+    ;;
+  d)  # issue 8 (a): shared system prompts, prefix caching on on both sides
+    engine proxima-d 130 --engine proxima --prefix-caching --runs sysprompt:adaptive --tag d
+    engine stock-fa3-d 100 --engine stock-fa3 --prefix-caching --runs sysprompt --tag d
     ;;
   *) echo "unknown plan $PLAN"; exit 1 ;;
 esac

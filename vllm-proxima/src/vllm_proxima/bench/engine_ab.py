@@ -55,6 +55,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--num-requests", type=int, default=1000)
     p.add_argument("--overload-rate", type=float, default=100.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--prefix-caching",
+        action="store_true",
+        help="prefix caching on (stock: 16-token blocks; proxima: token-level sharing)",
+    )
     p.add_argument("--vocab", type=int, default=32000, help="prompt token ids are drawn below this")
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument(
@@ -63,6 +68,25 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
     p.add_argument("--tag", default="")
     return p.parse_args(argv)
+
+
+def sysprompt_workload(n: int, seed: int, vocab: int = 32000):
+    """Issue 8's (a): 8 system prompts of U[200,1000] tokens, user part U[20,200],
+    output U[32,256]; requests cycle through the system prompts in random order."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    systems = [
+        rng.integers(3, vocab, size=int(k)).tolist() for k in rng.integers(200, 1001, size=8)
+    ]
+    which = rng.integers(0, 8, size=n)
+    users = rng.integers(20, 201, size=n)
+    olens = rng.integers(32, 257, size=n)
+    prompts = [
+        systems[int(w)] + rng.integers(3, vocab, size=int(u)).tolist()
+        for w, u in zip(which, users, strict=True)
+    ]
+    return prompts, [int(x) for x in olens]
 
 
 def workload(
@@ -107,7 +131,7 @@ class Bench:
             dtype="bfloat16",
             max_model_len=a.max_model_len,
             max_num_seqs=a.max_num_seqs,
-            enable_prefix_caching=False,
+            enable_prefix_caching=a.prefix_caching,
             kv_cache_memory_bytes=a.kv_bytes,
             seed=a.seed,
             enforce_eager=a.enforce_eager,
@@ -237,6 +261,7 @@ class Bench:
         arrivals = arrivals or [0.0] * n
         order = sorted(range(n), key=lambda i: arrivals[i])
         produced = [0] * n
+        cached = [0] * n  # prompt tokens served from the prefix cache, per request
         first_t: list[float | None] = [None] * n
         done_t: list[float | None] = [None] * n
         tokens: dict[int, list[int]] = {}
@@ -278,6 +303,7 @@ class Bench:
                 if got and first_t[i] is None:
                     first_t[i] = now
                 produced[i] += got
+                cached[i] = max(cached[i], o.num_cached_tokens or 0)
                 if keep_tokens:
                     tokens.setdefault(i, []).extend(o.outputs[0].token_ids)
                 if o.finished:
@@ -343,6 +369,9 @@ class Bench:
             "ttft_p95_s": percentile(ttft, 95),
             "num_steps": len(steps),
             "early_stops": self.early_stops,
+            "prompt_tokens": int(sum(len(p) for p in prompts)),
+            "prompt_tokens_cached": int(sum(cached)),
+            "prefix_caching": bool(self.a.prefix_caching),
             "slot_runs_per_request_mean": round(float(np.mean(runs_samples)), 2)
             if runs_samples
             else None,
@@ -423,6 +452,9 @@ def main(argv: list[str] | None = None) -> None:
                     rng.exponential(1.0 / a.overload_rate, size=len(prompts))
                 ).tolist()
                 bench.run(name, prompts, olens, olens, arrivals=arrivals)
+            elif run == "sysprompt":
+                sp_prompts, sp_olens = sysprompt_workload(a.num_requests, a.seed + 3, a.vocab)
+                bench.run(name, sp_prompts, sp_olens, sp_olens)
             elif run == "parity":
                 pp, _ = workload(64, a.seed + 2, prompt=(16, 64), output=(32, 32), vocab=a.vocab)
                 bench.run(name, pp, [32] * 64, [32] * 64, keep_tokens=True)

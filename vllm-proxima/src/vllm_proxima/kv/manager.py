@@ -215,7 +215,9 @@ class ProximaKVCacheManager:
         if ns is None:
             return self.empty_kv_cache_blocks, 0, 0
         tokens = np.asarray(request.all_token_ids[: request.num_tokens - 1], dtype=np.int32)
-        slots, hit = self.cache.match(tokens, ns)
+        # A peek: a waiting request may be looked up every step before it is
+        # admitted; the policy is told once, when allocate_slots takes the hit.
+        slots, hit = self.cache.match(tokens, ns, touch=False)
         if self.log_stats and self.prefix_cache_stats is not None:
             self.prefix_cache_stats.record(
                 num_tokens=request.num_tokens,
@@ -280,6 +282,11 @@ class ProximaKVCacheManager:
         if hit.size:
             held.append(hit)
             held.cached = held.n  # already in the cache
+            if self.cache is not None:
+                ns = self.namespace(request)
+                self.cache.match(
+                    np.asarray(request.all_token_ids[: hit.size], dtype=np.int32), ns
+                )
         if num_to_allocate == 0:
             return self.empty_kv_cache_blocks
         slots = self.pool.allocate(num_to_allocate, after=held.last)
