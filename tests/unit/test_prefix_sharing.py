@@ -105,7 +105,10 @@ def test_failed_allocation_releases_the_hit() -> None:
     blocks, hit, _ = m.get_computed_blocks(second)
     assert hit == 40
     before = m.pool.refcount(blocks.slots).copy()
-    assert m.allocate_slots(second, 40, num_new_computed_tokens=hit, new_computed_blocks=blocks) is None
+    assert (
+        m.allocate_slots(second, 40, num_new_computed_tokens=hit, new_computed_blocks=blocks)
+        is None
+    )
     assert (m.pool.refcount(blocks.slots) == before).all()
 
 
@@ -118,8 +121,12 @@ def test_everything_returns_to_the_pool_after_reset() -> None:
         toks = prefixes[i % 3] + rng.integers(3, 900, size=int(rng.integers(1, 30))).tolist()
         r = request(toks)
         blocks, hit, _ = m.get_computed_blocks(r)
-        if m.allocate_slots(r, r.num_tokens - hit, num_new_computed_tokens=hit,
-                            new_computed_blocks=blocks) is None:
+        if (
+            m.allocate_slots(
+                r, r.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks
+            )
+            is None
+        ):
             continue
         r.num_computed_tokens = r.num_tokens
         live.append(r)
