@@ -1,7 +1,7 @@
 """The offline bundle (scripts/offline_bundle.py + scripts/install_bundle.sh).
 
 Fast tests (no marker) check the pure helpers. The ``wheel`` tests make a real bundle of our CPU
-wheel with ``--exclude-torch --split-mb`` (about 400 MB, downloaded from the index once per run),
+wheel with ``--exclude-torch --split-mb`` (about 560 MB, downloaded from the index once per run),
 install it into an empty venv with no index (the venv sees only ``.venv``'s torch, triton and
 NVIDIA wheels, through a ``.pth`` to a folder of links), and check that a corrupted, missing or
 re-summed part is refused before pip runs. Needs ``dist/``'s CPU wheel (``scripts/setup.sh`` makes
@@ -216,7 +216,8 @@ def test_bundle_layout(bundle: Path) -> None:
     assert env_field(bundle, "VLLM_VERSION") == f"0.26.0+proxima.{VERSION}.cpu"
     assert env_field(bundle, "EXCLUDE_TORCH") == "1" and env_field(bundle, "PYTHON_VERSION") == PY
     excluded = env_field(bundle, "EXCLUDED").split()
-    assert {"torch", "triton"} <= set(excluded) and any(n.startswith("nvidia-") for n in excluded)
+    # torch and the NVIDIA wheels only it needs (triton stays: other packages require it too)
+    assert "torch" in excluded and any(n.startswith("nvidia-") for n in excluded)
     parts = env_field(bundle, "PARTS").split()
     assert len(parts) >= 2 and not (bundle / "wheels").exists()
     assert all((bundle / p).stat().st_size <= SPLIT_MB << 20 for p in parts)
@@ -235,7 +236,8 @@ def test_bundle_layout(bundle: Path) -> None:
     joined.unlink()
     assert len(wheels) == int(env_field(bundle, "WHEEL_COUNT"))
     assert f"wheels/{CPU_WHEEL.name}" in wheels
-    assert not any(Path(w).name.startswith(("torch-", "triton-", "nvidia_")) for w in wheels)
+    in_bundle = {ob.canonical(Path(w).name.split("-")[0]) for w in wheels}
+    assert not in_bundle & {ob.canonical(n) for n in excluded}
     pinned = {ln.split("==")[0].lower().replace("_", "-") for ln in reqs.splitlines()[1:]}
     assert len(pinned) == len(wheels)
 
