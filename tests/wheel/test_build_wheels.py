@@ -774,6 +774,9 @@ def test_real_cpu_wheel_installs_and_runs(scratch_venv: Path, real_cpu_build: Pa
         "--no-deps",
         "--no-index",
         "--no-compile",
+        # The base venv may hold this very version (scripts/setup.sh installs it): without
+        # this pip answers "already satisfied" and the probe would see the base venv's copy.
+        "--ignore-installed",
         "--disable-pip-version-check",
         str(real_cpu_build),
     )
