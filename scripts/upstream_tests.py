@@ -9,18 +9,22 @@ list stock vLLM fails (``tests/upstream/known_failures.txt``).
 
 Usage::
 
-    scripts/upstream_tests.py prepare [--suite tests/v1/core ...] [--all]
-    scripts/upstream_tests.py run --mode on|off --junit OUT.xml [--python PY] [--timeout S]
+    scripts/upstream_tests.py prepare [--suite tests/v1/core ...] [--all] [--no-extras]
+    scripts/upstream_tests.py run --mode on|off --junit OUT.xml [--profile full|patched]
+                                  [--suite PATH ...] [--python PY] [--timeout S] [-- PYTEST_ARGS]
     scripts/upstream_tests.py compare --mode on|off --junit OUT.xml
-    scripts/upstream_tests.py baseline [--python .venv/bin/python]   # rewrites known_failures.txt
+    scripts/upstream_tests.py baseline [--python STOCK_PY] [--reuse]   # rewrites known_failures.txt
 
-``prepare`` needs ``transformers`` (it writes the model configs with its config
-classes), so run it with a venv's interpreter.  ``run`` starts pytest in
-``.cache/upstream-tests`` with ``PYTHONPATH`` removed, so ``import vllm`` finds
-the interpreter's installed wheel, never a source tree.
+``prepare`` needs ``transformers`` and ``torch`` (it writes the model configs with
+transformers' config classes and one tiny set of weights), so run it with a venv's
+interpreter; it also installs torchvision into ``.cache/upstream-tests/site`` (PyPI, once).
+``run`` starts pytest in ``.cache/upstream-tests`` with ``PYTHONPATH`` set to that
+``site`` folder only, so ``import vllm`` finds the interpreter's installed wheel, never a
+source tree.  See docs/upstream/tests.md.
 
-Exit status of ``run``: pytest's.  Of ``compare`` and ``baseline``: 0 when no
-failure is missing from the known list, 1 otherwise, 2 for a broken run.
+Exit status of ``run``: pytest's (124 when out of time).  Of ``compare``: 0 when every
+failure is in the known list for the mode, 1 otherwise.  Of ``baseline``: 0, or 2 for a
+broken run.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import argparse
 import ast
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -39,6 +44,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import tomllib
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -61,7 +67,7 @@ MODES = ("on", "off")
 MANIFEST = "prepared.json"
 MODEL_MAP = "model-map.json"
 HUB_CACHE = "hf-hub"
-# The sdist's extracted tree, where one lies (setup leaves it there); else the tarball is read.
+# A tree extracted from the sdist, used when the tarball itself is not in .cache.
 EXTRACTED_SEED = REPO_ROOT / ".cache" / "dl" / "src"
 
 # Run offline and quietly; PROXIMA_MODE and VLLM_MODEL_REDIRECT_PATH are added per run.
@@ -137,14 +143,24 @@ PROFILES: dict[str, Profile] = {
 class TestsSource:
     """The files under ``tests/`` of the pinned sdist, from its tarball or an extracted tree."""
 
-    def __init__(self, files: dict[str, bytes], origin: str) -> None:
+    def __init__(self, files: dict[str, bytes], origin: str, pyproject: bytes = b"") -> None:
         self.files = files  # "tests/..." -> bytes
         self.origin = origin
+        self.pyproject = pyproject  # the sdist's pyproject.toml (its pytest settings)
 
     @classmethod
     def locate(cls) -> TestsSource | None:
-        """Find the pinned sdist's tests without touching the network, or None."""
+        """Find the pinned sdist's tests without touching the network, or None.
+
+        The sdist in ``.cache/upstream`` (or a seed folder), its sha256 checked against
+        ``upstream.lock``, else a tree extracted from it under ``.cache/dl/src``.
+        """
         art = upstream.get_artifact("sdist")
+        for folder in (upstream.default_dest(), *upstream.seed_dirs()):
+            tarball = folder / art.filename
+            if tarball.is_file():
+                upstream.verify_file(tarball, art.sha256, quick=True)
+                return cls.from_tarball(tarball)
         tree = EXTRACTED_SEED / f"vllm-{art.version}" / "tests"
         if (tree / "conftest.py").is_file():
             files = {
@@ -152,27 +168,29 @@ class TestsSource:
                 for p in sorted(tree.rglob("*"))
                 if p.is_file() and "__pycache__" not in p.parts
             }
-            return cls(files, str(tree))
-        for folder in (upstream.default_dest(), *upstream.seed_dirs()):
-            tarball = folder / art.filename
-            if tarball.is_file():
-                return cls.from_tarball(tarball)
+            pyproject = tree.parent / "pyproject.toml"
+            return cls(files, str(tree), pyproject.read_bytes() if pyproject.is_file() else b"")
         return None
 
     @classmethod
     def from_tarball(cls, tarball: Path) -> TestsSource:
         prefix = None
         files: dict[str, bytes] = {}
+        pyproject = b""
         with tarfile.open(tarball) as tar:
             for member in tar:
                 top, _, rest = member.name.partition("/")
                 prefix = prefix or top
-                if not member.isfile() or top != prefix or not rest.startswith("tests/"):
+                if not member.isfile() or top != prefix:
                     continue
-                handle = tar.extractfile(member)
-                if handle is not None:
-                    files[rest] = handle.read()
-        return cls(files, str(tarball))
+                if rest.startswith("tests/") or rest == "pyproject.toml":
+                    handle = tar.extractfile(member)
+                    data = handle.read() if handle is not None else b""
+                    if rest == "pyproject.toml":
+                        pyproject = data
+                    else:
+                        files[rest] = data
+        return cls(files, str(tarball), pyproject)
 
     def has_module(self, dotted: str) -> str | None:
         """The file that defines module ``dotted`` (``tests.x.y``), if it is in the sdist."""
@@ -233,22 +251,13 @@ def minimal_file_set(source: TestsSource, suite: Sequence[str]) -> list[str]:
 
 
 def _sdist_pytest_ini(source: TestsSource) -> str:
-    """A pytest.ini with the sdist's markers, so our repository's pytest settings stay out."""
-    markers = [
-        "slow_test",
-        "skip_global_cleanup",
-        "core_model",
-        "hybrid_model",
-        "cpu_model",
-        "cpu_test",
-        "split",
-        "distributed",
-        "optional",
-    ]
-    lines = [
-        "# Written by scripts/upstream_tests.py prepare (markers of the sdist's pyproject).",
-        "",
-    ]
+    """A pytest.ini with the sdist's pytest markers, so our repository's settings stay out."""
+    options: dict[str, Any] = {}
+    if source.pyproject:
+        pyproject = tomllib.loads(source.pyproject.decode())
+        options = pyproject.get("tool", {}).get("pytest", {}).get("ini_options", {})
+    markers = [str(m) for m in options.get("markers", [])]
+    lines = ["# Written by scripts/upstream_tests.py prepare: the sdist's pytest markers.", ""]
     lines += ["[pytest]", "markers ="] + [f"    {m}" for m in markers]
     return "\n".join(lines) + "\n"
 
@@ -592,6 +601,21 @@ def install_extras(workdir: Path, python: str = sys.executable) -> str | None:
     return wanted
 
 
+# --------------------------------------------------------------------------- locking
+
+
+@contextlib.contextmanager
+def _locked(workdir: Path, exclusive: bool) -> Iterator[None]:
+    """``prepare`` rewrites the folder (exclusive); runs read it (shared), possibly several."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    with (workdir.parent / f".{workdir.name}.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 # --------------------------------------------------------------------------- prepare
 
 
@@ -599,6 +623,11 @@ def prepare(
     suite: Sequence[str], copy_all: bool, extras: bool = True, workdir: Path = WORKDIR
 ) -> dict[str, Any]:
     """Write ``workdir``: the sdist's tests (minimal set or all), pytest.ini, models, the map."""
+    with _locked(workdir, exclusive=True):
+        return _prepare(suite, copy_all, extras, workdir)
+
+
+def _prepare(suite: Sequence[str], copy_all: bool, extras: bool, workdir: Path) -> dict[str, Any]:
     started = time.monotonic()
     source = TestsSource.locate()
     if source is None:
@@ -693,6 +722,13 @@ def run_pytest(
         shown.append(f"(+{len(cmd) - len(shown)} --deselect)")
     log(f"PROXIMA_MODE={mode} {' '.join(shown)} (cwd {workdir}, at most {timeout_s:.0f} s)")
     started = time.monotonic()
+    with _locked(workdir, exclusive=False):
+        rc = _run(cmd, mode, workdir, timeout_s, output)
+    log(f"pytest exit {rc} in {time.monotonic() - started:.0f} s")
+    return rc
+
+
+def _run(cmd: list[str], mode: str, workdir: Path, timeout_s: float, output: Path | None) -> int:
     sink = output.open("wb") if output else None
     proc = subprocess.Popen(
         cmd,
@@ -711,7 +747,6 @@ def run_pytest(
         _stop(proc)
         if sink:
             sink.close()
-    log(f"pytest exit {rc} in {time.monotonic() - started:.0f} s")
     return rc
 
 

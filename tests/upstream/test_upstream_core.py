@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,3 +158,34 @@ def test_known_failures_file_is_well_formed(known: ut.KnownFailures) -> None:
     assert not set(known.stock) & set(known.proxima_on), "listed both as stock and proxima-on"
     assert all(known.proxima_on.values()), "every proxima-on entry needs a reason"
     assert known.stock_total is not None and known.stock_total >= len(known.stock)
+
+
+def test_directly_built_scheduler_is_upstreams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why upstream's scheduler unit tests agree in both modes.
+
+    They build ``SchedulerConfig``/``VllmConfig`` and ``Scheduler`` directly, never through
+    ``EngineArgs.create_engine_config`` (where proxima mode picks its scheduler class), so even
+    with ``PROXIMA_MODE=on`` they get upstream's classes, whose four extension points (patch
+    ``scheduler_extension_points...``) keep upstream's behaviour.
+    """
+    pytest.importorskip("vllm_proxima", reason="needs our patched vLLM")
+    monkeypatch.setenv("PROXIMA_MODE", "on")
+    from types import SimpleNamespace
+
+    from vllm.config import SchedulerConfig
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    for async_scheduling, expected in ((False, Scheduler), (True, AsyncScheduler)):
+        config = SchedulerConfig(
+            max_model_len=1024, is_encoder_decoder=False, async_scheduling=async_scheduling
+        )
+        assert config.get_scheduler_cls() is expected
+
+    # The hooks' defaults, called on a stand-in for the scheduler's state.
+    hooks: Any = Scheduler
+    state = SimpleNamespace(running=["oldest", "middle", "newest"])
+    assert hooks._admission_decision(state, None, 16, 0) == "admit"
+    assert hooks._pop_preemption_victim(state, 0) == "newest"  # FCFS: the newest
+    assert state.running == ["oldest", "middle"]
+    assert hooks._make_plugin_stats(state) is None
