@@ -147,3 +147,20 @@ def test_usage_counts_evictable_cache_as_free() -> None:
     assert m.usage == pytest.approx(100 / 400)
     m.free(r)  # all 100 now only cached
     assert m.usage == pytest.approx(0.0)
+
+
+def test_lookup_stats_count_each_admission_once_and_whole() -> None:
+    """proxima:prefix_{query,hit}_tokens: every admitted request's lookup (all but its
+    last token) counts once, however often it was peeked at while waiting."""
+    m = make_manager()
+    system = list(range(100, 137))
+    a = request(system + [1, 2, 3])  # 40 tokens: looks up 39, hits 0
+    b = request(system + [9, 9])  # 39 tokens: looks up 38, hits 37
+    admit(m, a)
+    for _ in range(3):  # b waits a few steps: peeks are not counted
+        m.get_computed_blocks(b)
+    admit(m, b)
+    st = m.cache.stats()
+    assert (st.queries, st.hits) == (39 + 38, 37)
+    stats = m.cache_stats()
+    assert (stats["prefix_queries_tokens"], stats["prefix_hits_tokens"]) == (77, 37)

@@ -3,8 +3,11 @@
 The scheduler (engine core) puts its figures into
 ``SchedulerStats.plugin_stats["proxima"]``; this stat-logger plugin
 (``vllm.stat_logger_plugins``, front-end process) exports them on the same
-``/metrics`` endpoint. Gauges mirror the current value; counters are fed the
-increase of the engine's cumulative totals.
+``/metrics`` endpoint. Gauges mirror the current value. Counters travel as the
+increase since the engine's previous report (:func:`to_deltas`), as vLLM's own
+prefix-cache stats do: the engine sends each step's stats to one front-end only, so
+with several API servers (``--api-server-count``, data parallel) a front-end that
+differenced cumulative totals itself would count the same increase twice.
 """
 
 from __future__ import annotations
@@ -69,7 +72,26 @@ METRICS: dict[str, tuple[str, str, str]] = {
     ),
 }
 
+COUNTERS = frozenset(key for key, (_, kind, _) in METRICS.items() if kind == "counter")
+
 _LABELS = ["model_name", "engine"]
+
+
+def to_deltas(stats: dict[str, Any], emitted: dict[str, float]) -> dict[str, Any]:
+    """Engine side: replace the counters' cumulative totals in ``stats`` by their
+    increase since the previous call (``emitted`` keeps the totals between calls).
+
+    A total that went down (the prefix cache was reset) restarts from zero.
+    """
+    out = dict(stats)
+    for key in COUNTERS & stats.keys():
+        total = float(stats[key])
+        before = emitted.get(key, 0.0)
+        out[key] = total - before if total >= before else total
+        emitted[key] = total
+    return out
+
+
 _collectors: dict[str, Any] = {}
 
 
@@ -81,9 +103,16 @@ def _collector(key: str) -> tuple[Any, str]:
         key, (f"proxima:{key}", "gauge", f"proxima scheduler figure {key!r}.")
     )
     if key not in _collectors:
-        cls = prometheus_client.Counter if kind == "counter" else prometheus_client.Gauge
-        metric_name = name[: -len("_total")] if kind == "counter" else name
-        _collectors[key] = cls(metric_name, doc, labelnames=_LABELS)
+        if kind == "counter":
+            _collectors[key] = prometheus_client.Counter(
+                name.removesuffix("_total"), doc, labelnames=_LABELS
+            )
+        else:
+            # As vLLM's own gauges: with several API servers (multiprocess mode) the
+            # newest value wins, not one series per process.
+            _collectors[key] = prometheus_client.Gauge(
+                name, doc, labelnames=_LABELS, multiprocess_mode="mostrecent"
+            )
     return _collectors[key], kind
 
 
@@ -93,7 +122,6 @@ class ProximaStatLogger(StatLoggerBase):
     def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
         self.engine_index = engine_index
         self.model_name = vllm_config.model_config.served_model_name
-        self._last_totals: dict[str, float] = {}
 
     def record(
         self,
@@ -117,10 +145,8 @@ class ProximaStatLogger(StatLoggerBase):
             collector, kind = _collector(key)
             child = collector.labels(*labels)
             if kind == "counter":
-                seen = self._last_totals.get(f"{engine_idx}:{key}", 0.0)
-                if value > seen:
-                    child.inc(value - seen)
-                self._last_totals[f"{engine_idx}:{key}"] = float(value)
+                if value > 0:  # the increase since the engine's previous report
+                    child.inc(value)
             else:
                 child.set(value)
 

@@ -277,15 +277,21 @@ class ProximaKVCacheManager:
             if hit.size:
                 self.pool.free(hit)
             return None
+        ns = self.namespace(request) if self.cache is not None else None
         if held is None:
             held = self.req_slots[request.request_id] = _RequestSlots()
+            if ns is not None and not request.skip_reading_prefix_cache:
+                # The admission of a request looked up (peeked) at in get_computed_blocks:
+                # count its lookup once, whole, as vLLM counts prefix_cache_queries.
+                self.cache.record_lookup(max(request.num_tokens - 1, 0), hit.size)
         if hit.size:
             held.append(hit)
             held.cached = held.n  # already in the cache
-            if self.cache is not None:
-                ns = self.namespace(request)
+            if ns is not None:
                 self.cache.match(
-                    np.asarray(request.all_token_ids[: hit.size], dtype=np.int32), ns
+                    np.asarray(request.all_token_ids[: hit.size], dtype=np.int32),
+                    ns,
+                    count=False,
                 )
         if num_to_allocate == 0:
             return self.empty_kv_cache_blocks

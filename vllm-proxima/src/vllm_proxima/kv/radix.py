@@ -195,15 +195,22 @@ class RadixCache:
         return self._num_cached - self._num_pinned(ids, deps)
 
     def match(
-        self, tokens: npt.ArrayLike, namespace: Hashable = None, *, touch: bool = True
+        self,
+        tokens: npt.ArrayLike,
+        namespace: Hashable = None,
+        *,
+        touch: bool = True,
+        count: bool | None = None,
     ) -> tuple[NDArrayI32, int]:
         """Finds the longest cached prefix of ``tokens``; takes no references.
 
         Args:
             tokens: Token ids of the sequence (1-D).
             namespace: Tree to look in; only equal namespaces share.
-            touch: Count the lookup: hit/query stats and the policy's recency and
-                frequency of the matched nodes. ``False`` for a side-effect-free peek.
+            touch: Tell the policy (recency and frequency of the matched nodes).
+                ``False`` (with ``count`` unset) for a side-effect-free peek.
+            count: Count the lookup in the hit/query stats (default: as ``touch``).
+                A caller that peeked first counts with ``record_lookup`` instead.
 
         Returns:
             ``(slots, n)``: the slots of ``tokens[:n]`` (a new array) and ``n``.
@@ -222,12 +229,19 @@ class RadixCache:
                 self.policy.touch(child, hit=True)
             i += k
             node = child if k == child.tokens.size else None
-        if touch:
+        if touch if count is None else count:
             self.queries += n
             self.hits += i
         if not parts:
             return _EMPTY.copy(), 0
         return (np.concatenate(parts) if len(parts) > 1 else parts[0].copy()), i
+
+    def record_lookup(self, queried: int, hit: int) -> None:
+        """Count one lookup made by peeking: ``queried`` tokens, of which ``hit`` cached."""
+        if not 0 <= hit <= queried:
+            raise ValueError(f"hit {hit} outside [0, {queried}]")
+        self.queries += queried
+        self.hits += hit
 
     # ------------------------------------------------------------------ insert
     def insert(

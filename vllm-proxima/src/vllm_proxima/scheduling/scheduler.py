@@ -17,6 +17,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from vllm_proxima.config import ProximaConfig
 from vllm_proxima.kv.manager import ProximaKVCacheManager
+from vllm_proxima.metrics import to_deltas
 from vllm_proxima.scheduling.admission import AdmissionPolicy, make_admission_policy
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class ProximaSchedulerMixin:
         )
         self._stats_calls = 0
         self._cache_stats: dict[str, float] = {}
+        self._emitted_totals: dict[str, float] = {}
         self.admission = make_admission_policy(self.proxima_config, manager)
         return manager
 
@@ -123,7 +125,7 @@ class ProximaSchedulerMixin:
                 self._cache_stats = manager.cache_stats()
             self._stats_calls += 1
             stats.update(self._cache_stats)
-        return {"proxima": stats}
+        return {"proxima": to_deltas(stats, self._emitted_totals)}
 
 
 def _check_model_runner(vllm_config: VllmConfig) -> None:
