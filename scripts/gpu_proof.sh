@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU proof plans, run on the device machine after scripts/gpu_device.sh setup.
-#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | smoke
+#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | smoke | tp2 | ray
+# tp2 needs 2 GPUs (the nvidia-h200-x2 kind); ray needs Ray in the bundle (pip install ray).
 # Each engine runs in its own process under a time cap; everything lands in /tmp/proof-PLAN and is
 # packed into $OUT/proof-PLAN.tgz (plus results.jsonl and the log uncompressed) because only a few
 # files come back from a device call. BUDGET_S bounds the whole plan (default 560 s).
@@ -61,6 +62,18 @@ case $PLAN in
   d)  # issue 8 (a): shared system prompts, prefix caching on on both sides
     engine proxima-d 130 --engine proxima --prefix-caching --runs sysprompt:adaptive --tag d
     engine stock-fa3-d 100 --engine stock-fa3 --prefix-caching --runs sysprompt --tag d
+    ;;
+  tp2)  # issue 9: Llama-2-13B shape over 2 GPUs, stock vs proxima, same run; 16 GiB KV per rank
+    engine proxima-tp2 280 --engine proxima --model vllm-proxima/src/vllm_proxima/bench/models/llama-2-13b \
+      --tensor-parallel-size 2 --kv-bytes $((16 * 1024**3)) --runs base:adaptive --tag tp2
+    engine stock-fa3-tp2 240 --engine stock-fa3 --model vllm-proxima/src/vllm_proxima/bench/models/llama-2-13b \
+      --tensor-parallel-size 2 --kv-bytes $((16 * 1024**3)) --runs base --tag tp2
+    ;;
+  ray)  # issue 9: vLLM's Ray executor with proxima on (one GPU is enough), then stock
+    engine proxima-ray 200 --engine proxima --distributed-executor-backend ray --runs base:adaptive \
+      --num-requests 200 --tag ray
+    engine stock-fa3-ray 150 --engine stock-fa3 --distributed-executor-backend ray --runs base \
+      --num-requests 200 --tag ray
     ;;
   *) echo "unknown plan $PLAN"; exit 1 ;;
 esac

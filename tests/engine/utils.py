@@ -55,10 +55,13 @@ def prompts(
 
 
 def run_engine(
-    engine: dict[str, Any], requests: list[dict[str, Any]], **extra: Any
+    engine: dict[str, Any],
+    requests: list[dict[str, Any]],
+    env_extra: dict[str, str] | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
     """Run the engine once in a subprocess (see run_engine.py); returns its JSON."""
-    env = dict(os.environ)
+    env = {**os.environ, **(env_extra or {})}
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     with tempfile.TemporaryDirectory() as tmp:

