@@ -170,9 +170,7 @@ def _git(tree: Path, *args: str) -> bytes:
     try:
         done = subprocess.run(cmd, capture_output=True, check=False)
     except FileNotFoundError as exc:
-        raise BuildError(
-            "git is not installed (needed to read --patched-tree)"
-        ) from exc
+        raise BuildError("git is not installed (needed to read --patched-tree)") from exc
     if done.returncode != 0:
         msg = done.stderr.decode(errors="replace").strip()
         raise BuildError(f"`{' '.join(cmd)}` failed: {msg}")
@@ -180,11 +178,7 @@ def _git(tree: Path, *args: str) -> bytes:
 
 
 def _rev(tree: Path, ref: str) -> str:
-    return (
-        _git(tree, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-        .decode()
-        .strip()
-    )
+    return _git(tree, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").decode().strip()
 
 
 def _is_ancestor(tree: Path, ancestor: str, commit: str) -> bool:
@@ -194,9 +188,7 @@ def _is_ancestor(tree: Path, ancestor: str, commit: str) -> bool:
 
 def _diff_entries(tree: Path, base_ref: str) -> list[tuple[str, str]]:
     """(status, path) for each file changed from ``base_ref`` to ``HEAD``, renames split."""
-    raw = _git(
-        tree, "diff", "--no-renames", "--name-status", "-z", base_ref, "HEAD", "--"
-    )
+    raw = _git(tree, "diff", "--no-renames", "--name-status", "-z", base_ref, "HEAD", "--")
     fields = raw.decode().split("\0")
     if fields and fields[-1] == "":
         fields.pop()
@@ -241,9 +233,7 @@ def load_overlay(tree: Path, base_ref: str) -> Overlay | None:
             descend from it, or a change can't be carried by a wheel overlay.
     """
     if not tree.exists():
-        log(
-            f"patched tree {tree} does not exist: building WITHOUT overlay (upstream's files)"
-        )
+        log(f"patched tree {tree} does not exist: building WITHOUT overlay (upstream's files)")
         return None
     if not (tree / ".git").exists():
         raise BuildError(
@@ -253,22 +243,17 @@ def load_overlay(tree: Path, base_ref: str) -> Overlay | None:
     base = _rev(tree, base_ref)
     if not base:
         raise BuildError(
-            f"{tree} has no {base_ref!r} tag/ref; was it made by "
-            "scripts/series.py import?"
+            f"{tree} has no {base_ref!r} tag/ref; was it made by scripts/series.py import?"
         )
     head = _rev(tree, "HEAD")
     if not _is_ancestor(tree, base, head):
         raise BuildError(f"HEAD of {tree} does not descend from {base_ref}")
     commits = int(_git(tree, "rev-list", "--count", f"{base}..{head}").decode())
     if commits == 0:
-        log(
-            f"patched tree {tree} has no commits beyond {base_ref}: building WITHOUT overlay"
-        )
+        log(f"patched tree {tree} has no commits beyond {base_ref}: building WITHOUT overlay")
         return None
     if _git(tree, "status", "--porcelain", "--untracked-files=no").strip():
-        log(
-            f"warning: {tree} has uncommitted changes; only committed ones (HEAD) are used"
-        )
+        log(f"warning: {tree} has uncommitted changes; only committed ones (HEAD) are used")
     entries = _diff_entries(tree, base)
     for status, path in entries:
         _check_change(status, path)
@@ -278,19 +263,14 @@ def load_overlay(tree: Path, base_ref: str) -> Overlay | None:
     for status, path in sorted(entries, key=lambda e: e[1]):
         mode = modes.get(path, FILE_MODE)
         if status != "D" and mode not in (FILE_MODE, EXEC_MODE):
-            raise BuildError(
-                f"patch series makes {path} a non-regular file (mode {mode:o})"
-            )
-        data = (
-            _git(tree, "cat-file", "blob", f"{head}:{path}") if status != "D" else None
-        )
+            raise BuildError(f"patch series makes {path} a non-regular file (mode {mode:o})")
+        data = _git(tree, "cat-file", "blob", f"{head}:{path}") if status != "D" else None
         if status != "A":
             base_blobs[path] = _git(tree, "cat-file", "blob", f"{base}:{path}")
         changes.append(Change(path, status, data, mode))
     log(
         f"patched tree {tree}: {commits} commit(s) beyond {base_ref}, "
-        f"{len(changes)} file(s) changed: "
-        + ", ".join(f"{c.status} {c.path}" for c in changes)
+        f"{len(changes)} file(s) changed: " + ", ".join(f"{c.status} {c.path}" for c in changes)
     )
     return Overlay(tree, base_ref, base, head, commits, tuple(changes), base_blobs)
 
@@ -442,9 +422,7 @@ class ZipEntry:
         # name, extra and comment lengths, disk number, internal attributes
         lengths = (len(self.encoded_name), 0, 0, 0, 0)
         attrs = (normalize_mode(self.mode) & 0xFFFF) << 16
-        return CENTRAL_HEADER.pack(
-            *head, *stamp, *self._sizes(), *lengths, attrs, offset
-        )
+        return CENTRAL_HEADER.pack(*head, *stamp, *self._sizes(), *lengths, attrs, offset)
 
 
 class ZipWriter:
@@ -461,9 +439,7 @@ class ZipWriter:
         if entry.name in self._names:
             raise BuildError(f"duplicate zip member {entry.name}")
         if max(entry.csize, entry.usize, self._out.position) >= ZIP_LIMIT:
-            raise BuildError(
-                f"{entry.name}: the archive would need ZIP64 (not written)"
-            )
+            raise BuildError(f"{entry.name}: the archive would need ZIP64 (not written)")
         offset = self._out.position
         self._out.write(entry.local_header(self._stamp))
         self._out.write(entry.encoded_name)
@@ -496,9 +472,7 @@ class ZipWriter:
             self._out.write(entry.encoded_name)
         size = self._out.position - start
         if self._out.position >= ZIP_LIMIT:
-            raise BuildError(
-                "the archive would need ZIP64, which this tool doesn't write"
-            )
+            raise BuildError("the archive would need ZIP64, which this tool doesn't write")
         count = len(self._entries)
         self._out.write(END_RECORD.pack(END_SIG, 0, 0, count, count, size, start, 0))
 
@@ -582,8 +556,7 @@ def _cpu_requirement(value: str, notes: list[str]) -> str | None:
         fixed = re.sub(r"(===?\s*[0-9][^\s;,+]*)\+[A-Za-z0-9.]+", r"\1", value)
         if fixed != value:
             notes.append(
-                f"Requires-Dist: {value.split(';')[0].strip()} -> "
-                f"{fixed.split(';')[0].strip()}"
+                f"Requires-Dist: {value.split(';')[0].strip()} -> {fixed.split(';')[0].strip()}"
             )
         return fixed
     return value
@@ -625,8 +598,7 @@ def rewrite_metadata(text: str, ctx: MetadataContext) -> tuple[str, list[str]]:
             out.extend(lines)
     if not any(_field_key(lines) == "summary" for lines in fields):
         out.append(
-            f"Summary: proxima-vllm {ctx.proxima_version}, built on vLLM "
-            f"{ctx.upstream_version}"
+            f"Summary: proxima-vllm {ctx.proxima_version}, built on vLLM {ctx.upstream_version}"
         )
     intro = (
         f"**proxima-vllm {ctx.proxima_version}** is vLLM {ctx.upstream_version} with the KV "
@@ -700,9 +672,7 @@ def pyproject_entry_points(pyproject: Path | None) -> list[tuple[str, str, str]]
         except tomllib.TOMLDecodeError as exc:
             raise BuildError(f"{pyproject}: not valid TOML: {exc}") from exc
     groups = data.get("project", {}).get("entry-points", {})
-    found = [
-        (g, n, str(v)) for g, entries in groups.items() for n, v in entries.items()
-    ]
+    found = [(g, n, str(v)) for g, entries in groups.items() for n, v in entries.items()]
     log(
         f"entry points from {pyproject}: "
         + (", ".join(f"[{g}] {n}" for g, n, _ in found) or "none")
@@ -721,9 +691,7 @@ def collect_package(package: Path) -> dict[str, bytes]:
             f"folder of the {PACKAGE_NAME} package (vllm-proxima/src/{PACKAGE_NAME})"
         )
     if package.name != PACKAGE_NAME:
-        raise BuildError(
-            f"--package must be a folder named {PACKAGE_NAME}, not {package.name}"
-        )
+        raise BuildError(f"--package must be a folder named {PACKAGE_NAME}, not {package.name}")
     if not (package / "__init__.py").is_file():
         raise BuildError(f"{package} has no __init__.py")
     files: dict[str, bytes] = {}
@@ -818,21 +786,15 @@ def open_upstream(path: Path) -> Upstream:
                 f"{info.compress_type}; only stored/deflated can be copied"
             )
         infos[info.filename] = info
-    dist_infos = {
-        n.split("/", 1)[0] for n in infos if n.split("/", 1)[0].endswith(".dist-info")
-    }
+    dist_infos = {n.split("/", 1)[0] for n in infos if n.split("/", 1)[0].endswith(".dist-info")}
     if len(dist_infos) != 1:
-        raise BuildError(
-            f"{path.name}: expected one .dist-info folder, found {sorted(dist_infos)}"
-        )
+        raise BuildError(f"{path.name}: expected one .dist-info folder, found {sorted(dist_infos)}")
     dist_info = dist_infos.pop()
     fields, _ = _split_metadata(zf.read(f"{dist_info}/METADATA").decode())
     values = {_field_key(lines): _field_value(lines) for lines in fields}
     project, version = values.get("name", ""), values.get("version", "")
     if "+" in version or not version:
-        raise BuildError(
-            f"{path.name}: upstream version {version!r} must be a plain release"
-        )
+        raise BuildError(f"{path.name}: upstream version {version!r} must be a plain release")
     return Upstream(path, name, zf, infos, dist_info, project, version)
 
 
@@ -843,14 +805,10 @@ def check_overlay(upstream: Upstream, overlay: Overlay, variant: Variant) -> Non
         info = upstream.infos.get(change.path)
         if change.status == "A":
             if info is not None:
-                problems.append(
-                    f"{change.path}: added by the series but the wheel already has it"
-                )
+                problems.append(f"{change.path}: added by the series but the wheel already has it")
             continue
         if info is None:
-            problems.append(
-                f"{change.path}: changed by the series but not in the wheel"
-            )
+            problems.append(f"{change.path}: changed by the series but not in the wheel")
             continue
         if upstream.zf.read(info) != overlay.base_blobs[change.path]:
             why = KNOWN_DIFFERING_WHY.get(change.path, "")
@@ -860,8 +818,7 @@ def check_overlay(upstream: Upstream, overlay: Overlay, variant: Variant) -> Non
                 else ""
             )
             problems.append(
-                f"{change.path}: the wheel's bytes differ from "
-                f"{overlay.base_ref}'s{known}"
+                f"{change.path}: the wheel's bytes differ from {overlay.base_ref}'s{known}"
             )
     if problems:
         raise BuildError(
@@ -875,10 +832,7 @@ def check_overlay(upstream: Upstream, overlay: Overlay, variant: Variant) -> Non
 def check_base_version(overlay: Overlay, upstream: Upstream) -> None:
     """Refuse a series based on ``upstream-X`` over a wheel of another version."""
     prefix = "upstream-"
-    if (
-        overlay.base_ref.startswith(prefix)
-        and overlay.base_ref[len(prefix) :] != upstream.version
-    ):
+    if overlay.base_ref.startswith(prefix) and overlay.base_ref[len(prefix) :] != upstream.version:
         raise BuildError(
             f"{upstream.path.name} is {upstream.project} {upstream.version} but "
             f"the patch series is based on {overlay.base_ref}"
@@ -953,9 +907,7 @@ def plan_dist_info(
     entry_points = merge_entry_points(ep_text, inputs.extra_entry_points)
     plan.add_new(f"{new}/entry_points.txt", entry_points)
     top = {*upstream.dist_info_text("top_level.txt").split(), DIST_NAME, PACKAGE_NAME}
-    plan.add_new(
-        f"{new}/top_level.txt", "".join(f"{n}\n" for n in sorted(top)).encode()
-    )
+    plan.add_new(f"{new}/top_level.txt", "".join(f"{n}\n" for n in sorted(top)).encode())
     plan.add_new(f"{new}/{PROVENANCE_FILE}", provenance(upstream, inputs, out_name))
     rewritten = {"METADATA", "WHEEL", "entry_points.txt", "top_level.txt", "RECORD"}
     for name, info in upstream.infos.items():
@@ -1018,9 +970,7 @@ def member_content_hash(fp: BinaryIO, info: zipfile.ZipInfo) -> str:
     """
     digest = hashlib.sha256()
     crc = size = 0
-    inflater = (
-        zlib.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
-    )
+    inflater = zlib.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
     try:
         for chunk in raw_member_chunks(fp, info):
             data = inflater.decompress(chunk) if inflater else chunk
@@ -1087,9 +1037,7 @@ def _check_members(
     return problems
 
 
-def _balanced(
-    infos: Sequence[zipfile.ZipInfo], buckets: int
-) -> list[list[zipfile.ZipInfo]]:
+def _balanced(infos: Sequence[zipfile.ZipInfo], buckets: int) -> list[list[zipfile.ZipInfo]]:
     """Split members into ``buckets`` lists of about equal uncompressed size."""
     out: list[list[zipfile.ZipInfo]] = [[] for _ in range(buckets)]
     load = [0] * buckets
@@ -1123,29 +1071,19 @@ def validate_wheel(path: Path, dist_info: str, check: Callable[[str], bool]) -> 
         if record_name not in names:
             raise BuildError(f"{path.name}: no {record_name}")
         record = parse_record(zf.read(record_name).decode())
-    problems = [
-        f"{n}: in the archive but not in RECORD" for n in names if n not in record
-    ]
-    problems += [
-        f"{n}: in RECORD but not in the archive" for n in record if n not in names
-    ]
+    problems = [f"{n}: in the archive but not in RECORD" for n in names if n not in record]
+    problems += [f"{n}: in RECORD but not in the archive" for n in record if n not in names]
     if record.get(record_name) != ("", ""):
         problems.append(f"{record_name} must list itself with an empty hash and size")
     todo = [
-        i
-        for i in infos
-        if i.filename != record_name and i.filename in record and check(i.filename)
+        i for i in infos if i.filename != record_name and i.filename in record and check(i.filename)
     ]
     workers = max(1, min(os.cpu_count() or 1, 8, len(todo)))
     with ThreadPoolExecutor(workers) as pool:
-        for found in pool.map(
-            lambda b: _check_members(path, b, record), _balanced(todo, workers)
-        ):
+        for found in pool.map(lambda b: _check_members(path, b, record), _balanced(todo, workers)):
             problems += found
     if problems:
-        raise BuildError(
-            f"{path.name} failed validation:\n  " + "\n  ".join(problems[:20])
-        )
+        raise BuildError(f"{path.name} failed validation:\n  " + "\n  ".join(problems[:20]))
     return len(todo)
 
 
@@ -1162,9 +1100,7 @@ class Built:
     seconds: float
 
 
-def build_variant(
-    upstream_path: Path, inputs: BuildInputs, out_dir: Path, verify: str
-) -> Built:
+def build_variant(upstream_path: Path, inputs: BuildInputs, out_dir: Path, verify: str) -> Built:
     """Build one variant's wheel into ``out_dir``."""
     start = time.monotonic()
     variant = inputs.variant
@@ -1320,8 +1256,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--lock",
         type=Path,
         default=None,
-        help="check the upstream wheels' sha256 against this lock file "
-        "(e.g. upstream.lock)",
+        help="check the upstream wheels' sha256 against this lock file (e.g. upstream.lock)",
     )
     return p.parse_args(argv)
 
@@ -1357,21 +1292,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in names:
             if args.lock:
                 check_lock(args.lock, wheels[name])
-            inputs = BuildInputs(
-                VARIANTS[name], overlay, package_files, extra, proxima_version
-            )
-            built.append(
-                build_variant(wheels[name], inputs, args.out.resolve(), args.verify)
-            )
+            inputs = BuildInputs(VARIANTS[name], overlay, package_files, extra, proxima_version)
+            built.append(build_variant(wheels[name], inputs, args.out.resolve(), args.verify))
         sums = update_sha256sums(args.out.resolve(), built)
     except (BuildError, OSError) as exc:
         print(f"build_wheels: error: {exc}", file=sys.stderr)
         return 1
     log(f"updated {sums}")
     for b in built:
-        log(
-            f"{b.path.name}: {b.size / 1e6:.1f} MB, sha256 {b.sha256}, {b.seconds:.1f}s"
-        )
+        log(f"{b.path.name}: {b.size / 1e6:.1f} MB, sha256 {b.sha256}, {b.seconds:.1f}s")
         print(b.path)
     return 0
 

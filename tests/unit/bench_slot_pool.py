@@ -22,9 +22,7 @@ except ImportError:  # running from a checkout without the package installed
 N = 1_000_000
 
 
-def best_us(
-    fn: Callable[[], object], undo: Callable[[], object], reps: int = 300
-) -> float:
+def best_us(fn: Callable[[], object], undo: Callable[[], object], reps: int = 300) -> float:
     """Best wall time of ``fn`` in microseconds; ``undo`` runs untimed after each."""
     best = float("inf")
     for _ in range(reps):
@@ -35,9 +33,7 @@ def best_us(
     return best * 1e6
 
 
-def best_free_us(
-    pool: SlotPool, take: Callable[[], np.ndarray], reps: int = 300
-) -> float:
+def best_free_us(pool: SlotPool, take: Callable[[], np.ndarray], reps: int = 300) -> float:
     """Best wall time of ``pool.free`` on the slots ``take`` allocates (untimed)."""
     best = float("inf")
     for _ in range(reps):
@@ -60,9 +56,7 @@ def busy_pool(stride: int = 16) -> tuple[SlotPool, np.ndarray]:
 def timings() -> None:
     t0 = time.perf_counter()
     SlotPool(N)
-    print(
-        f"construct 1M pool (first)        {1e3 * (time.perf_counter() - t0):7.2f} ms"
-    )
+    print(f"construct 1M pool (first)        {1e3 * (time.perf_counter() - t0):7.2f} ms")
     best = best_us(lambda: SlotPool(N), lambda: None, 20) / 1e3
     print(f"construct 1M pool (best)         {best:7.2f} ms")
 

@@ -22,9 +22,7 @@ from hypothesis.stateful import (
 try:
     from vllm_proxima.kv.slot_pool import SlotPool
 except ImportError:  # running from a checkout without the package installed
-    sys.path.insert(
-        0, str(Path(__file__).resolve().parents[2] / "vllm-proxima" / "src")
-    )
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "vllm-proxima" / "src"))
     from vllm_proxima.kv.slot_pool import SlotPool
 
 
@@ -100,9 +98,7 @@ def test_fresh_request_takes_lowest_fitting_run() -> None:
 def test_fresh_allocation_is_exactly_the_lowest_run(
     layout: list[tuple[int, int]], noise: list[int], ns: list[int]
 ) -> None:
-    free = np.concatenate(
-        [[False]] + [[False] * g + [True] * r for g, r in layout] + [[False]]
-    )
+    free = np.concatenate([[False]] + [[False] * g + [True] * r for g, r in layout] + [[False]])
     free[[i % free.size for i in noise if i % free.size]] ^= True  # used <-> free
     pool = pool_with_free(free, stride=1)
     for n in ns:
@@ -242,17 +238,10 @@ class PoolMachine(RuleBasedStateMachine):
         self._take(slots)
         if n == 0:
             assert slots.size == 0
-        elif (
-            after >= 0
-            and after + n < free.size
-            and free[after + 1 : after + 1 + n].all()
-        ):
+        elif after >= 0 and after + n < free.size and free[after + 1 : after + 1 + n].all():
             assert slots.tolist() == list(range(after + 1, after + 1 + n))
         elif after < 0 and lowest_run(free, n) >= 0:
-            assert (
-                slots[:1].tolist() == [lowest_run(free, n)]
-                and SlotPool.runs(slots) <= 1
-            )
+            assert slots[:1].tolist() == [lowest_run(free, n)] and SlotPool.runs(slots) <= 1
         elif lowest_run(free, n) >= 0:
             assert SlotPool.runs(slots) <= 1
         return tuple(slots.tolist())
@@ -260,14 +249,10 @@ class PoolMachine(RuleBasedStateMachine):
     @rule(target=handles, data=st.data())
     def allocate_batch(self, data: st.DataObject):
         prevs = data.draw(st.lists(st.none() | self.handles, max_size=8))
-        counts = data.draw(
-            st.lists(st.integers(0, 6), min_size=len(prevs), max_size=len(prevs))
-        )
+        counts = data.draw(st.lists(st.integers(0, 6), min_size=len(prevs), max_size=len(prevs)))
         after = [p[-1] if p else -1 for p in prevs]
         free = self._free_model()
-        out = self.pool.allocate_batch(
-            np.array(counts, np.int32), np.array(after, np.int64)
-        )
+        out = self.pool.allocate_batch(np.array(counts, np.int32), np.array(after, np.int64))
         if sum(counts) > free.sum():
             assert out is None
             return multiple()
@@ -276,19 +261,10 @@ class PoolMachine(RuleBasedStateMachine):
         self._take(slots)
         for i, a in enumerate(after):  # a lone 1-slot request continues in place
             claim = [j for j, b in enumerate(after) if counts[j] == 1 and b == a]
-            if (
-                counts[i] == 1
-                and a >= 0
-                and a + 1 < free.size
-                and free[a + 1]
-                and claim == [i]
-            ):
+            if counts[i] == 1 and a >= 0 and a + 1 < free.size and free[a + 1] and claim == [i]:
                 assert slots[offsets[i]] == a + 1
         return multiple(
-            *(
-                tuple(slots[offsets[i] : offsets[i + 1]].tolist())
-                for i in range(len(counts))
-            )
+            *(tuple(slots[offsets[i] : offsets[i + 1]].tolist()) for i in range(len(counts)))
         )
 
     @rule(target=handles, h=handles)
@@ -316,9 +292,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     @rule(h1=consumes(handles), h2=consumes(handles))
     def free_two_at_once(self, h1: tuple[int, ...], h2: tuple[int, ...]) -> None:
-        self._free(
-            np.random.default_rng(len(h1)).permutation(np.array(h1 + h2, np.int64))
-        )
+        self._free(np.random.default_rng(len(h1)).permutation(np.array(h1 + h2, np.int64)))
 
     @rule(data=st.data())
     def double_free(self, data: st.DataObject) -> None:
@@ -340,6 +314,4 @@ class PoolMachine(RuleBasedStateMachine):
 
 
 TestPoolMachine = PoolMachine.TestCase
-TestPoolMachine.settings = settings(
-    max_examples=150, stateful_step_count=60, deadline=None
-)
+TestPoolMachine.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)

@@ -36,10 +36,7 @@ tm = _load_script()
 
 
 def _hashes(folder: Path) -> dict[str, str]:
-    return {
-        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.iterdir())
-    }
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +88,7 @@ def test_refuses_foreign_folder_without_force(tmp_path: Path) -> None:
     assert (out / "keep.txt").read_text() == "mine"
 
 
-def test_cli_builds_then_reuses(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_builds_then_reuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cli"
     assert tm.main(["--out", str(out)]) == 0
     first = capsys.readouterr().out
@@ -104,9 +99,7 @@ def test_cli_builds_then_reuses(
     assert capsys.readouterr().out.startswith("built ")
 
 
-def test_cli_reports_foreign_folder(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_reports_foreign_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "x").mkdir()
     assert tm.main(["--out", str(tmp_path / "x")]) == 1
     assert "--force" in capsys.readouterr().err

@@ -66,8 +66,7 @@ class ProximaConfig:
             )
         if self.evict not in EVICTION_POLICIES:
             raise ProximaConfigError(
-                f"--proxima-evict must be one of {', '.join(EVICTION_POLICIES)}; "
-                f"got {self.evict!r}"
+                f"--proxima-evict must be one of {', '.join(EVICTION_POLICIES)}; got {self.evict!r}"
             )
         if not isinstance(self.overcommit, (int, float)) or not (
             0.0 <= float(self.overcommit) <= 0.5

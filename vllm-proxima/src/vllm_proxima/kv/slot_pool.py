@@ -207,9 +207,7 @@ class SlotPool:
         self._mark_used(got)
         out[offsets[:-1][ok]] = got
         for i in np.flatnonzero(counts > 1):
-            out[offsets[i] : offsets[i + 1]] = self._allocate_one(
-                int(counts[i]), int(after[i])
-            )
+            out[offsets[i] : offsets[i + 1]] = self._allocate_one(int(counts[i]), int(after[i]))
         rest = np.flatnonzero(single & ~ok)
         if rest.size:
             out[offsets[rest]] = self._place_apart(rest.size)
