@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU proof plans, run on the device machine after scripts/gpu_device.sh setup.
-#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | smoke | tp2 | ray
+#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | smoke | tp2 | ray
 # tp2 needs 2 GPUs (the nvidia-h200-x2 kind); ray needs Ray in the bundle (pip install ray).
 # Each engine runs in its own process under a time cap; everything lands in /tmp/proof-PLAN and is
 # packed into $OUT/proof-PLAN.tgz (plus results.jsonl and the log uncompressed) because only a few
@@ -62,6 +62,16 @@ case $PLAN in
   d)  # issue 8 (a): shared system prompts, prefix caching on on both sides
     engine proxima-d 130 --engine proxima --prefix-caching --runs sysprompt:adaptive --tag d
     engine stock-fa3-d 100 --engine stock-fa3 --prefix-caching --runs sysprompt --tag d
+    ;;
+  e)  # issue 8 (b): multi-turn chats (200 x 5 turns), prefix caching on on both sides
+    engine proxima-e 200 --engine proxima --prefix-caching --runs chat:adaptive --tag e
+    engine stock-fa3-e 150 --engine stock-fa3 --prefix-caching --runs chat --tag e
+    ;;
+  f)  # issue 8 (c): the same workloads at 2 GiB KV, where the cache must evict; per policy
+    engine proxima-f 330 --engine proxima --prefix-caching --kv-bytes $((2 * 1024**3)) \
+      --runs sysprompt:adaptive,chat:adaptive --evict lru,lfu,arc --tag f
+    engine stock-fa3-f 200 --engine stock-fa3 --prefix-caching --kv-bytes $((2 * 1024**3)) \
+      --runs sysprompt,chat --tag f
     ;;
   tp2)  # issue 9: Llama-2-13B shape over 2 GPUs, stock vs proxima, same run; 16 GiB KV per rank
     engine proxima-tp2 280 --engine proxima --model vllm-proxima/src/vllm_proxima/bench/models/llama-2-13b \

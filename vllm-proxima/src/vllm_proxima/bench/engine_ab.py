@@ -17,6 +17,14 @@ Runs:
   overload   Poisson arrivals at ``--overload-rate`` requests/s (default 100,
              about 2x what stock sustains on the H200).
   parity     64 short prompts, greedy, ample KV: token ids kept for comparison.
+  sysprompt  issue 8 (a): 8 system prompts of U[200,1000] tokens, user part
+             U[20,200], output U[32,256] (use with --prefix-caching).
+  chat       issue 8 (b): ``--num-requests``/5 conversations of 5 turns; a turn's
+             prompt is the previous turn's prompt, its answer and a new user
+             message of U[20,100] tokens (the first turn: the message alone).
+             A turn is submitted when the previous one finishes.
+With ``--prefix-caching`` the prefix cache is emptied before every measured run;
+``--evict lru,lfu,arc`` (proxima) repeats each run once per eviction policy.
 
 Figures (defined as in ../shared/gpu-bundle/bench_baseline.py): KV capacity in
 tokens, slot use (tokens held / slots allocated by running requests) at the
@@ -60,6 +68,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="prefix caching on (stock: 16-token blocks; proxima: token-level sharing)",
     )
+    p.add_argument(
+        "--evict",
+        default="",
+        help="proxima: comma-separated eviction policies (lru,lfu,arc); each run once per policy",
+    )
     p.add_argument("--vocab", type=int, default=32000, help="prompt token ids are drawn below this")
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--tensor-parallel-size", type=int, default=1)
@@ -95,6 +108,31 @@ def sysprompt_workload(n: int, seed: int, vocab: int = 32000):
         for w, u in zip(which, users, strict=True)
     ]
     return prompts, [int(x) for x in olens]
+
+
+def chat_workload(
+    conversations: int, seed: int, turns: int = 5, vocab: int = 32000
+) -> tuple[list[list[int] | None], list[int], dict[int, tuple[int, list[int]]]]:
+    """Issue 8's (b): ``conversations`` chats of ``turns`` turns.
+
+    Returns first-turn prompts (later turns ``None``: made when their previous turn
+    finishes), output lengths U[32,256], and ``{turn index: (next turn index, the
+    next user message)}``. User messages are U[20,100] tokens.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n = conversations * turns
+    prompts: list[list[int] | None] = [None] * n
+    chain: dict[int, tuple[int, list[int]]] = {}
+    olens = [int(x) for x in rng.integers(32, 257, size=n)]
+    for c in range(conversations):
+        first = c * turns
+        prompts[first] = rng.integers(3, vocab, size=int(rng.integers(20, 101))).tolist()
+        for t in range(turns - 1):
+            message = rng.integers(3, vocab, size=int(rng.integers(20, 101))).tolist()
+            chain[first + t] = (first + t + 1, message)
+    return prompts, olens, chain
 
 
 def workload(
@@ -213,6 +251,18 @@ class Bench:
         self.sched.proxima_config = config
         self.sched.admission = make_admission_policy(config, self.kvm)
 
+    def evicted(self) -> int | None:
+        """Cached slots evicted so far (proxima's prefix cache; None for stock)."""
+        cache = getattr(self.kvm, "cache", None) if self.proxima else None
+        return None if cache is None else int(cache.stats().evicted)
+
+    def set_evict(self, policy: str) -> None:
+        """Empty the prefix cache and rebuild it with another eviction policy."""
+        if getattr(self.kvm, "cache", None) is None:
+            raise RuntimeError("--evict needs --prefix-caching and --engine proxima")
+        self.kvm.set_eviction_policy(policy)
+        self.evict_policy = policy
+
     def held_and_alloc(self) -> tuple[int, int]:
         running = self.sched.running
         held = sum(r.num_computed_tokens for r in running)
@@ -248,7 +298,13 @@ class Bench:
         max_tokens: list[int],
         arrivals: list[float] | None = None,
         keep_tokens: bool = False,
+        chain: dict[int, tuple[int, list[int]]] | None = None,
     ) -> dict[str, Any]:
+        """Run one workload; ``chain`` (chat turns): when request ``i`` finishes,
+        request ``chain[i][0]`` is submitted with prompt = ``i``'s prompt, its
+        output and ``chain[i][1]``."""
+        import math
+
         import numpy as np
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
@@ -256,21 +312,33 @@ class Bench:
 
         engine = self.engine
         # Warm-up (not timed).
-        for i in range(8):
+        for i, warm in enumerate([p for p in prompts if p][:8]):
             engine.add_request(
                 f"warm-{name}-{i}",
-                {"prompt_token_ids": prompts[i][:64]},
+                {"prompt_token_ids": warm[:64]},
                 SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, detokenize=False),
             )
         while engine.has_unfinished_requests():
             engine.step()
+        if self.a.prefix_caching:
+            # Every run starts from an empty prefix cache (the warm-up and the runs
+            # before it must not feed its hits).
+            if not engine.reset_prefix_cache():
+                raise RuntimeError("could not empty the prefix cache before the run")
+        evicted_before = self.evicted()
         self.preempt.update(n=0, recomputed=0)
         self.sched_time.update(s=0.0, n=0)
         self.early_stops = 0
 
         n = len(prompts)
-        arrivals = arrivals or [0.0] * n
-        order = sorted(range(n), key=lambda i: arrivals[i])
+        chain = chain or {}
+        chained = {j for j, _ in chain.values()}
+        arrivals = list(arrivals or [0.0] * n)
+        for j in chained:
+            arrivals[j] = math.inf  # submitted when the previous turn finishes
+        order = sorted((i for i in range(n) if i not in chained), key=lambda i: arrivals[i])
+        prompts = list(prompts)
+        ready: list[int] = []  # chat turns whose previous turn finished
         produced = [0] * n
         cached = [0] * n  # prompt tokens served from the prefix cache, per request
         first_t: list[float | None] = [None] * n
@@ -283,11 +351,15 @@ class Bench:
         steps: list[tuple[float, int, int, int, int, int]] = []
         nxt = 0
         t_start = time.perf_counter()
-        while nxt < n or engine.has_unfinished_requests():
+        while nxt < len(order) or ready or engine.has_unfinished_requests():
             now = time.perf_counter() - t_start
-            while nxt < n and arrivals[order[nxt]] <= now:
-                i = order[nxt]
+            due: list[int] = []
+            while nxt < len(order) and arrivals[order[nxt]] <= now:
+                due.append(order[nxt])
                 nxt += 1
+            due += ready
+            ready = []
+            for i in due:
                 rid = f"{name}-{i}"
                 ids[rid] = i
                 # The engine keys requests by an internal id (its return value).
@@ -315,10 +387,15 @@ class Bench:
                     first_t[i] = now
                 produced[i] += got
                 cached[i] = max(cached[i], o.num_cached_tokens or 0)
-                if keep_tokens:
+                if keep_tokens or i in chain:
                     tokens.setdefault(i, []).extend(o.outputs[0].token_ids)
                 if o.finished:
                     done_t[i] = now
+                    if i in chain:
+                        j, message = chain[i]
+                        prompts[j] = list(prompts[i]) + tokens.pop(i, []) + message
+                        arrivals[j] = now
+                        ready.append(j)
                 elif stop_early and produced[i] >= olens[i]:
                     to_stop.append(o.request_id)
                     done_t[i] = now
@@ -380,9 +457,15 @@ class Bench:
             "ttft_p95_s": percentile(ttft, 95),
             "num_steps": len(steps),
             "early_stops": self.early_stops,
-            "prompt_tokens": int(sum(len(p) for p in prompts)),
+            "prompt_tokens": int(sum(len(p) for p in prompts if p is not None)),
             "prompt_tokens_cached": int(sum(cached)),
+            "prompt_tokens_computed": int(sum(len(p) for p in prompts if p is not None))
+            - int(sum(cached)),
             "prefix_caching": bool(self.a.prefix_caching),
+            "evict_policy": getattr(self, "evict_policy", None),
+            "prefix_evicted_slots": None
+            if evicted_before is None
+            else self.evicted() - evicted_before,
             "slot_runs_per_request_mean": round(float(np.mean(runs_samples)), 2)
             if runs_samples
             else None,
@@ -441,14 +524,21 @@ def main(argv: list[str] | None = None) -> None:
         policies: list[str | None] = [None]
         if a.engine == "proxima":
             policies = list(named.split("+") if named else default_policies)
-        for policy in policies:
+        evicts: list[str | None] = [None]
+        if a.engine == "proxima" and a.evict:
+            evicts = list(a.evict.split(","))
+        for policy, evict in [(p, e) for p in policies for e in evicts]:
             if time.perf_counter() - t0 > a.budget_s:
-                print(f"SKIPPED {a.engine} {run} {policy}: budget", flush=True)
+                print(f"SKIPPED {a.engine} {run} {policy} {evict}: budget", flush=True)
                 continue
             if policy is not None:
                 bench.set_policy(policy)
                 bench.policy = policy
+            if evict is not None:
+                bench.set_evict(evict)
             name = run if policy is None else f"{run}-{policy}"
+            if evict is not None:
+                name += f"-{evict}"
             seen[name] = seen.get(name, 0) + 1
             if seen[name] > 1:  # a repeat: same workload, to measure run-to-run spread
                 name = f"{name}-rep{seen[name]}"
@@ -466,6 +556,11 @@ def main(argv: list[str] | None = None) -> None:
             elif run == "sysprompt":
                 sp_prompts, sp_olens = sysprompt_workload(a.num_requests, a.seed + 3, a.vocab)
                 bench.run(name, sp_prompts, sp_olens, sp_olens)
+            elif run == "chat":
+                ch_prompts, ch_olens, chain = chat_workload(
+                    max(1, a.num_requests // 5), a.seed + 4, vocab=a.vocab
+                )
+                bench.run(name, ch_prompts, ch_olens, ch_olens, chain=chain)
             elif run == "parity":
                 pp, _ = workload(64, a.seed + 2, prompt=(16, 64), output=(32, 32), vocab=a.vocab)
                 bench.run(name, pp, [32] * 64, [32] * 64, keep_tokens=True)

@@ -367,6 +367,21 @@ class ProximaKVCacheManager:
             self.prefix_cache_stats.reset = True
         return True
 
+    def set_eviction_policy(self, policy: str) -> None:
+        """Empty the prefix cache and start it again with another eviction policy.
+
+        For benchmarks that compare policies on one engine; only while no request
+        holds slots.
+        """
+        if self.cache is None:
+            raise ValueError("prefix sharing is off: no eviction policy to set")
+        if self.req_slots:
+            raise RuntimeError(
+                f"{len(self.req_slots)} requests hold slots: set the policy while idle"
+            )
+        self.reset_prefix_cache()
+        self.cache = RadixCache(self.pool, policy, debug=self.pool.debug)
+
     def estimate_cached_tokens(self, request: Request) -> int:
         return 0
 
