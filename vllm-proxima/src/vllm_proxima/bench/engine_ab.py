@@ -320,11 +320,10 @@ class Bench:
             )
         while engine.has_unfinished_requests():
             engine.step()
-        if self.a.prefix_caching:
-            # Every run starts from an empty prefix cache (the warm-up and the runs
-            # before it must not feed its hits).
-            if not engine.reset_prefix_cache():
-                raise RuntimeError("could not empty the prefix cache before the run")
+        # Every run starts from an empty prefix cache (the warm-up and the runs
+        # before it must not feed its hits).
+        if self.a.prefix_caching and not engine.reset_prefix_cache():
+            raise RuntimeError("could not empty the prefix cache before the run")
         evicted_before = self.evicted()
         self.preempt.update(n=0, recomputed=0)
         self.sched_time.update(s=0.0, n=0)
