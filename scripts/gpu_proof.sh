@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU proof plans, run on the device machine after scripts/gpu_device.sh setup.
-#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | smoke | tp2 | ray
+#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | serve | smoke | tp2 | ray
+# serve needs the tiny model's tokenizer: carry models/tiny-llama (scripts/tiny_model.py makes it).
 # tp2 needs 2 GPUs (the nvidia-h200-x2 kind); ray needs Ray in the bundle (pip install ray).
 # Each engine runs in its own process under a time cap; everything lands in /tmp/proof-PLAN and is
 # packed into $OUT/proof-PLAN.tgz (plus results.jsonl and the log uncompressed) because only a few
@@ -73,6 +74,19 @@ case $PLAN in
       --runs sysprompt:adaptive,chat:adaptive --evict lru,lfu,arc --tag f
     engine stock-fa3-f 200 --engine stock-fa3 --prefix-caching --kv-bytes $((2 * 1024**3)) \
       --runs sysprompt,chat --tag f
+    ;;
+  serve)  # issue 6: the serving A/B through the OpenAI server, 7B shape, 8 GiB KV, stock then proxima
+    python3 -m vllm_proxima.bench.shape_model --shape llama-2-7b --tokenizer models/tiny-llama \
+      --out /tmp/llama-2-7b-shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+    l=$(left)
+    echo "=== serve_ab (cap $((l - 20))s)" | tee -a "$LOG"
+    timeout -k 10 $((l - 20)) python3 -m vllm_proxima.bench.serve_ab --model /tmp/llama-2-7b-shape \
+      --server-args "--load-format dummy --dtype bfloat16 --max-model-len 4096 \
+                     --kv-cache-memory-bytes 8589934592 --no-enable-prefix-caching" \
+      --workload baseline --num-prompts 500 --concurrency 32,128,512 --server-timeout 240 \
+      --no-report --out "$W/serve" > "$W/serve_ab.log" 2>&1
+    echo "=== serve_ab rc=$?" | tee -a "$LOG"; tail -25 "$W/serve_ab.log" | cut -c1-300
+    cp "$W/serve/raw.json" "$OUTD/serve-raw.json" 2>/dev/null
     ;;
   tp2)  # issue 9: Llama-2-13B shape over 2 GPUs, stock vs proxima, same run; 16 GiB KV per rank
     engine proxima-tp2 280 --engine proxima --model vllm-proxima/src/vllm_proxima/bench/models/llama-2-13b \
