@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU proof plans, run on the device machine after scripts/gpu_device.sh setup.
-#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | serve | smoke | tp2 | ray
+#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | g | serve | smoke | tp2 | ray
 # serve needs the tiny model's tokenizer: carry models/tiny-llama (scripts/tiny_model.py makes it).
 # tp2 needs 2 GPUs (the nvidia-h200-x2 kind); ray needs Ray in the bundle (pip install ray).
 # Each engine runs in its own process under a time cap; everything lands in /tmp/proof-PLAN and is
@@ -74,6 +74,13 @@ case $PLAN in
       --runs sysprompt:adaptive,chat:adaptive --evict lru,lfu,arc --tag f
     engine stock-fa3-f 200 --engine stock-fa3 --prefix-caching --kv-bytes $((2 * 1024**3)) \
       --runs sysprompt,chat --tag f
+    ;;
+  g)  # FlashAttention over 1-token pages (PROXIMA_ATTENTION=flash_attn, experimental) vs Triton vs stock
+    export PROXIMA_ATTENTION=flash_attn
+    engine proxima-fa3-g 200 --engine proxima --runs base:adaptive,parity:stock --tag g-fa3
+    unset PROXIMA_ATTENTION
+    engine stock-fa3-g 130 --engine stock-fa3 --runs base,parity --tag g
+    engine proxima-triton-g 170 --engine proxima --runs base:adaptive --tag g-triton
     ;;
   serve)  # issue 6: the serving A/B through the OpenAI server, 7B shape, 8 GiB KV, stock then proxima
     python3 -m vllm_proxima.bench.shape_model --shape llama-2-7b --tokenizer models/tiny-llama \

@@ -1,0 +1,35 @@
+"""GPU backend, experimental: upstream's FlashAttention (FA3 on Hopper) over 1-token pages.
+
+FA3's paged-KV kernels take any page size; only vLLM's guards insist on multiples of 16
+(``get_supported_kernel_block_sizes`` and ``get_kv_cache_shape``). On the H200 the decode
+kernel at page size 1 ran at 0.96-1.05x of its speed at page size 16, and FA3 was
+1.06-2.9x faster than the Triton kernel proxima uses by default
+(docs/benchmarks/h200-2026-12-03, ``bench/kernels.py``). Chosen by
+``PROXIMA_ATTENTION=flash_attn``; not measured end to end yet, so not the default.
+"""
+
+from __future__ import annotations
+
+from vllm.v1.attention.backend import MultipleOf
+from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+
+class ProximaFlashAttentionBackend(FlashAttentionBackend):
+    @staticmethod
+    def get_name() -> str:
+        return "CUSTOM"
+
+    @staticmethod
+    def get_supported_kernel_block_sizes() -> list[int | MultipleOf]:
+        return [MultipleOf(1)]
+
+    @staticmethod
+    def get_kv_cache_shape(
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_size: int,
+        cache_dtype_str: str = "auto",
+    ) -> tuple[int, ...]:
+        # Upstream's logical layout (B, H, N, 2*D) without its multiple-of-16 guard.
+        return (num_blocks, num_kv_heads, block_size, 2 * head_size)
