@@ -247,11 +247,39 @@ class ProximaKVCacheManager:
         Same layout and arguments as upstream's ``KVCacheManager.allocate_slots``;
         one slot per token, so no rounding.
         """
+        held = self.req_slots.get(request.request_id)
+        if (
+            held is not None
+            and num_new_tokens > 0
+            and new_computed_blocks is None
+            and not (num_new_computed_tokens or num_external_computed_tokens or reserved_blocks)
+            and not full_sequence_must_fit
+            and not (self.watermark_slots and request.status in _ADMITTING)
+        ):
+            # A running request's next tokens (every decode step): the general path
+            # below without the branches that cannot apply, when no eviction is needed.
+            computed = request.num_computed_tokens
+            need = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
+            k = need - held.n
+            if k <= self.pool.num_free:
+                self._version += 1
+                if k <= 0:
+                    return self.empty_kv_cache_blocks
+                slots = self.pool.allocate(k, after=held.last)
+                held.append(slots)
+                if (
+                    self.cache is not None
+                    and not delay_cache_blocks
+                    and held.cached < request.num_prompt_tokens
+                ):
+                    self._offer(
+                        request, held, min(computed + num_new_tokens, request.num_prompt_tokens)
+                    )
+                return SlotBlocks(slots)
         if num_new_tokens == 0 and num_external_computed_tokens == 0:
             raise ValueError(
                 "num_new_tokens must be greater than 0 when there are no external computed tokens"
             )
-        held = self.req_slots.get(request.request_id)
         hit = new_computed_blocks.slots if new_computed_blocks is not None else _EMPTY
         have = (held.n if held is not None else 0) + hit.size
         computed = min(

@@ -11,6 +11,10 @@ the null slot the model runner pads with) are never handed out. State, all numpy
 * ``_stack[:_top]``: a LIFO of free slot ids for scattered allocation.
 * ``_hint[n]``: no free run of ``n`` slots starts below it (allocations create no
   runs, so hints stay true until :meth:`SlotPool.free` clears them).
+* ``_no_run``: no free run of ``_no_run`` (or more) slots exists, cleared likewise.
+  On a nearly full pool most decode steps cannot continue in place and look for
+  runs of 128, 64, .. 4 slots that are not there; this makes each of those a
+  comparison until the next free.
 
 Runs are found with ``bytearray.find``, which scans in C: the lowest run of ``n``
 free slots is the first occurrence of ``b"\x01" * n`` in ``_free_buf``. For
@@ -71,7 +75,7 @@ class SlotPool:
     """
 
     __slots__ = (
-        "_free_buf", "_full", "_full_buf", "_hint", "_is_free", "_num_free",
+        "_free_buf", "_full", "_full_buf", "_hint", "_is_free", "_no_run", "_num_free",
         "_refcnt", "_rooms", "_scratch", "_stack", "_top", "_words", "debug",
         "num_reserved", "num_slots", "stride",
     )  # fmt: skip
@@ -104,6 +108,7 @@ class SlotPool:
         self._scratch: NDArrayI32 = np.empty(num_slots, dtype=np.int32)  # lazy pages
         self._num_free = self.num_usable
         self._hint: dict[int, int] = {}
+        self._no_run = num_slots + 1
         self._rooms = tuple(stride >> i for i in range(stride.bit_length() - 1))
 
     # ---------------------------------------------------------------- counters
@@ -139,10 +144,14 @@ class SlotPool:
             The slots, in the order the request should use them, or None (and no
             state change) if fewer than ``n`` slots are free.
         """
-        if n == 1 and after >= 0 and self._free_buf[after + 1]:
-            # Fast path (a decode step): continue the run in place. The sentinel
-            # byte at num_slots is never free, so after + 1 needs no bound check.
-            nxt = after + 1
+        if n == 1 and self._num_free:
+            # A decode step, in bytes and scalars (numpy slicing costs ~1 us a call).
+            # Continue the run in place if possible: the sentinel byte at num_slots
+            # is never free, so after + 1 needs no bound check.
+            if after >= 0 and self._free_buf[after + 1]:
+                nxt = after + 1
+            else:
+                nxt = self._place_one(after)
             self._free_buf[nxt] = 0
             self._full_buf[nxt >> 3] = 0
             self._refcnt[nxt] = 1
@@ -224,6 +233,8 @@ class SlotPool:
             start = after + 1
         elif after >= 0:  # a growing request moves: keep room on both sides
             for g in self._rooms:
+                if n + 2 * g - 1 >= self._no_run:
+                    continue
                 start = self._find_run(n + 2 * g - 1)
                 if start >= 0:
                     start += g
@@ -241,6 +252,18 @@ class SlotPool:
         self._full[start >> 3 : ((end - 1) >> 3) + 1] = False
         self._num_free -= n
         return np.arange(start, end, dtype=np.int32)
+
+    def _place_one(self, after: int) -> int:
+        # One slot where after + 1 is taken (or after < 0), as _allocate_one(1, after)
+        # places it; a free slot exists, so the lowest run of 1 does.
+        if after >= 0:
+            for g in self._rooms:
+                if 2 * g >= self._no_run:
+                    continue
+                start = self._find_run(2 * g)
+                if start >= 0:
+                    return start + g
+        return self._find_run(1)
 
     def _place_apart(self, m: int) -> NDArrayI32:
         # m single slots for moving requests: `g` apart and `g` into free runs of
@@ -268,6 +291,8 @@ class SlotPool:
     def _find_run(self, n: int) -> int:
         # Start of the lowest run of n free slots, or -1. self._hint[n]: no such
         # run starts below it (allocations create no runs; free() clears hints).
+        if n >= self._no_run:
+            return -1
         buf, lo = self._free_buf, self._hint.get(n, self.num_reserved)
         if lo >= self.num_slots:
             return -1
@@ -284,7 +309,11 @@ class SlotPool:
                 g = _find_ones(self._full_buf, k, (used >> 3) + 1)
             else:
                 start = -1
-        self._hint[n] = start if start >= 0 else self.num_slots
+        if start >= 0:
+            self._hint[n] = start
+        else:
+            self._hint[n] = self.num_slots
+            self._no_run = min(self._no_run, n)
         return start
 
     def _pop(self, n: int) -> NDArrayI32:
@@ -321,6 +350,7 @@ class SlotPool:
         zeroed = self._add_refs(slots, -1)
         if zeroed.size:
             self._hint.clear()
+            self._no_run = self.num_slots + 1
             self._is_free[zeroed] = True
             groups = zeroed >> 3
             self._full[groups] = self._words[groups] == _ALL_FREE
@@ -403,6 +433,9 @@ class SlotPool:
         in_stack = np.zeros(len(free), dtype=np.bool_)
         in_stack[self._stack[: self._top]] = True
         require(not np.count_nonzero(free & ~in_stack), "free slot missing from stack")
+        if self._no_run <= n:
+            run = self._free_buf.find(b"\x01" * self._no_run, r)
+            require(run < 0, f"no run of {self._no_run} recorded, but one at {run}")
         for k, lo in self._hint.items():
             first = self._free_buf.find(b"\x01" * k, r)
             require(first < 0 or first >= lo, f"hint {k} -> {lo}, but run at {first}")
