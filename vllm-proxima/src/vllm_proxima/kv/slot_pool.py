@@ -148,10 +148,8 @@ class SlotPool:
             # A decode step, in bytes and scalars (numpy slicing costs ~1 us a call).
             # Continue the run in place if possible: the sentinel byte at num_slots
             # is never free, so after + 1 needs no bound check.
-            if after >= 0 and self._free_buf[after + 1]:
-                nxt = after + 1
-            else:
-                nxt = self._place_one(after)
+            in_place = after >= 0 and self._free_buf[after + 1]
+            nxt = after + 1 if in_place else self._place_one(after)
             self._free_buf[nxt] = 0
             self._full_buf[nxt >> 3] = 0
             self._refcnt[nxt] = 1
