@@ -31,6 +31,28 @@ class Workload:
     output_lens: list[int]
     max_tokens: list[int]
     arrival_steps: list[int] = field(default_factory=list)
+    # Explicit token ids (shared prefixes); None: random ids of prompt_lens.
+    prompts: list[list[int] | None] | None = None
+    # Chat turns: when request i finishes, chain[i] = (j, message) is submitted
+    # with prompt = i's prompt + i's output + message.
+    chain: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
+
+    @classmethod
+    def from_prompts(
+        cls,
+        prompts: list[list[int] | None],
+        output_lens: list[int],
+        chain: dict[int, tuple[int, list[int]]] | None = None,
+    ) -> Workload:
+        """Given token ids (``None`` for chat turns made at run time)."""
+        return cls(
+            [len(p) if p is not None else 0 for p in prompts],
+            list(output_lens),
+            list(output_lens),
+            [0] * len(prompts),
+            list(prompts),
+            dict(chain or {}),
+        )
 
     @classmethod
     def uniform(
@@ -66,6 +88,9 @@ class SimResult:
     busy_steps: int = 0
     busy_schedule_us: float | None = None
     busy_update_us: float | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache at first schedule
+    evicted_slots: int | None = None  # proxima's prefix cache (None: stock)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,12 +104,15 @@ def make_scheduler(
     max_num_batched_tokens: int = 2048,
     max_model_len: int = 4096,
     parallel: dict[str, Any] | None = None,
+    prefix_caching: bool = False,
 ) -> Any:
     """A scheduler as the engine builds it: stock (``proxima=None``) at block
     size 16, else proxima's at block size 1, over ``kv_slots`` token slots.
 
     ``parallel``: ``ParallelConfig`` fields (tensor/pipeline/data parallel sizes and
     ranks) for the engine this scheduler would serve; the default is one GPU.
+    ``prefix_caching``: stock's block-hash prefix caching, or proxima's token-level
+    sharing (its eviction policy from ``proxima["evict"]``).
     """
     import torch
     from vllm.config import (
@@ -118,10 +146,12 @@ def make_scheduler(
         watermark=0.0,
     )
     cache_config = CacheConfig(
-        block_size=block_size, cache_dtype="auto", enable_prefix_caching=False
+        block_size=block_size,
+        cache_dtype="auto",
+        enable_prefix_caching=prefix_caching and proxima is None,
     )
     additional = (
-        {"proxima": {"mode": "on", **proxima}}
+        {"proxima": {"mode": "on", "prefix_sharing": prefix_caching, **proxima}}
         if proxima is not None
         else {"proxima": {"mode": "off"}}
     )
@@ -156,6 +186,14 @@ def make_scheduler(
 
         scheduler = ProximaScheduler(**kwargs)
     scheduler.use_v2_model_runner = False
+    scheduler.sim_block_hasher = None
+    if cache_config.enable_prefix_caching:
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
+        init_none_hash(hash_fn)
+        scheduler.sim_block_hasher = get_request_block_hasher(block_size, hash_fn)
     return scheduler
 
 
@@ -176,11 +214,19 @@ def simulate(
     from vllm.v1.request import Request
 
     rng = np.random.default_rng(1)
+    chained = {j for j, _ in workload.chain.values()}
     pending = sorted(
-        range(len(workload.prompt_lens)),
+        (i for i in range(len(workload.prompt_lens)) if i not in chained),
         key=lambda i: (workload.arrival_steps[i] if workload.arrival_steps else 0, i),
     )
-    arrival = workload.arrival_steps or [0] * len(pending)
+    arrival = workload.arrival_steps or [0] * len(workload.prompt_lens)
+    prompts: dict[int, list[int]] = {}
+    made: dict[str, Any] = {}  # request id -> Request, to read a finished turn's output
+    ready: list[int] = []  # chat turns whose previous turn finished
+    seen_new: set[str] = set()
+    cached_tokens = prompt_tokens = 0
+    cache = getattr(scheduler.kv_cache_manager, "cache", None)
+    evicted_before = cache.stats().evicted if cache is not None else 0
     targets: dict[str, int] = {}
     preemptions = 0
     recomputed = 0
@@ -205,10 +251,22 @@ def simulate(
     busy_sched_s = busy_update_s = 0.0
     busy_steps = 0
     while step < step_limit:
+        due: list[int] = []
         while next_pending < len(pending) and arrival[pending[next_pending]] <= step:
-            i = pending[next_pending]
+            due.append(pending[next_pending])
             next_pending += 1
-            prompt = rng.integers(3, 1000, size=workload.prompt_lens[i]).tolist()
+        due += ready
+        ready = []
+        for i in due:
+            given = workload.prompts[i] if workload.prompts is not None else None
+            if i in prompts:
+                prompt = prompts[i]
+            elif given is not None:
+                prompt = list(given)
+            else:
+                prompt = rng.integers(3, 1000, size=workload.prompt_lens[i]).tolist()
+            prompts[i] = prompt
+            prompt_tokens += len(prompt)
             params = SamplingParams(
                 temperature=0.0, max_tokens=workload.max_tokens[i], ignore_eos=True
             )
@@ -217,16 +275,22 @@ def simulate(
                 prompt_token_ids=prompt,
                 sampling_params=params,
                 pooling_params=None,
+                block_hasher=scheduler.sim_block_hasher,
             )
             targets[str(i)] = workload.output_lens[i]
+            made[str(i)] = request
             scheduler.add_request(request)
-        if not scheduler.has_unfinished_requests() and next_pending >= len(pending):
+        if not scheduler.has_unfinished_requests() and next_pending >= len(pending) and not ready:
             break
         t0 = time.perf_counter()
         out = scheduler.schedule()
         t1 = time.perf_counter()
         if on_step is not None:
             on_step(out)
+        for new_req in out.scheduled_new_reqs:
+            if new_req.req_id not in seen_new:  # first schedule, not a resumption
+                seen_new.add(new_req.req_id)
+                cached_tokens += new_req.num_computed_tokens
         if len(scheduler.running) >= busy_threshold:
             busy_sched_s += t1 - t0
             busy_steps += 1
@@ -261,6 +325,12 @@ def simulate(
 
             scheduler.finish_requests(early, RequestStatus.FINISHED_STOPPED)
         sched_s += time.perf_counter() - t0
+        for rid in req_ids:
+            if rid not in scheduler.requests and int(rid) in workload.chain:
+                j, message = workload.chain[int(rid)]
+                if j not in prompts:
+                    prompts[j] = prompts[int(rid)] + list(made[rid].output_token_ids) + message
+                    ready.append(j)
         finished += len(stop_ids)
         output_tokens += sum(1 for t in sampled if t)
         n_running = len(scheduler.running)
@@ -296,6 +366,9 @@ def simulate(
         busy_steps=busy_steps,
         busy_schedule_us=round(1e6 * busy_sched_s / busy_steps, 1) if busy_steps else None,
         busy_update_us=round(1e6 * busy_update_s / busy_steps, 1) if busy_steps else None,
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
+        evicted_slots=cache.stats().evicted - evicted_before if cache is not None else None,
     )
 
 
@@ -323,20 +396,67 @@ def main(argv: list[str] | None = None) -> None:
         "requests running (use a KV pool large enough to hold them all)",
     )
     parser.add_argument("--output", default="32-256", help="output length range lo-hi")
+    parser.add_argument(
+        "--workload",
+        choices=["uniform", "sysprompt", "chat"],
+        default="uniform",
+        help="uniform: the brief's baseline; sysprompt: 8 shared system prompts; chat: "
+        "--requests/5 conversations of 5 turns (the engine A/B's runs of the same names)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--prefix-caching",
+        action="store_true",
+        help="stock: block-hash prefix caching (16-token blocks); proxima: token-level sharing",
+    )
+    parser.add_argument(
+        "--evict", default="lru", help="proxima: eviction policies, comma-separated (one run each)"
+    )
     args = parser.parse_args(argv)
     lo, hi = (int(x) for x in args.output.split("-"))
-    workload = Workload.uniform(
-        args.requests, output=(lo, hi), max_tokens_factor=args.max_tokens_factor
+    workload = make_workload(
+        args.workload, args.requests, (lo, hi), args.max_tokens_factor, args.seed
     )
     for name in args.configs.split(","):
         proxima = CONFIGS[name]
         if proxima is not None and args.overcommit is not None:
             proxima = {**proxima, "overcommit": args.overcommit}
-        scheduler = make_scheduler(
-            args.model, proxima, args.kv_slots, max_num_seqs=args.max_num_seqs
+        evicts = args.evict.split(",") if proxima is not None and args.prefix_caching else [None]
+        for evict in evicts:
+            config = proxima if evict is None else {**(proxima or {}), "evict": evict}
+            scheduler = make_scheduler(
+                args.model,
+                config,
+                args.kv_slots,
+                max_num_seqs=args.max_num_seqs,
+                prefix_caching=args.prefix_caching,
+            )
+            label = name if evict is None else f"{name}-{evict}"
+            result = simulate(scheduler, workload, label, busy_fraction=args.busy)
+            print(json.dumps(result.to_dict()), flush=True)
+
+
+def make_workload(
+    kind: str,
+    requests: int,
+    output: tuple[int, int] = (32, 256),
+    max_tokens_factor: float = 1.0,
+    seed: int = 0,
+) -> Workload:
+    """The simulator's workloads by name (``uniform``, ``sysprompt``, ``chat``)."""
+    from vllm_proxima.bench.token_workloads import chat_workload, sysprompt_workload
+
+    if kind == "uniform":
+        return Workload.uniform(
+            requests, output=output, max_tokens_factor=max_tokens_factor, seed=seed
         )
-        result = simulate(scheduler, workload, name, busy_fraction=args.busy)
-        print(json.dumps(result.to_dict()), flush=True)
+    if kind == "sysprompt":
+        prompts, olens = sysprompt_workload(requests, seed, vocab=1000)
+        return Workload.from_prompts(list(prompts), olens)
+    if kind == "chat":
+        chat_prompts, olens, chain = chat_workload(max(1, requests // 5), seed, vocab=1000)
+        return Workload.from_prompts(chat_prompts, olens, chain)
+    raise ValueError(f"unknown workload {kind!r}")
 
 
 if __name__ == "__main__":
