@@ -164,3 +164,71 @@ def test_lookup_stats_count_each_admission_once_and_whole() -> None:
     assert (st.queries, st.hits) == (39 + 38, 37)
     stats = m.cache_stats()
     assert (stats["prefix_queries_tokens"], stats["prefix_hits_tokens"]) == (77, 37)
+
+
+def test_own_slots_and_hit_holders_see_shared_prefixes() -> None:
+    """What the admission policy reads: slots each resident holds alone, and for a
+    waiting request's hit, how many residents hold it already and who alone."""
+    m = make_manager()
+    system = list(range(100, 140))  # 40 tokens
+    a = request(system + [1, 2, 3])
+    admit(m, a)
+    own, shared = m.own_slots([a.request_id])
+    assert own.tolist() == [43] and shared == 0  # cached, but only a holds them
+    b = request(system + [7, 7])
+    m.get_computed_blocks(b)  # the peek decide() is asked about
+    pinned, sole = m.hit_holders(b, 40)
+    assert pinned == 40  # a holds all of them
+    assert sole.tolist() == [m.handle_of(a.request_id)] * 40  # a alone
+    other = request([5, 6, 7])
+    pinned, sole = m.hit_holders(other, 40)  # not the last lookup: nothing known
+    assert pinned == 0 and sole.size == 0
+    admit(m, b)
+    # Now shared: neither holds the 40 system-prompt slots alone.
+    own, shared = m.own_slots([a.request_id, b.request_id])
+    assert own.tolist() == [3, 2] and shared == 40  # once, not once per holder
+    c = request(system + [8])
+    m.get_computed_blocks(c)
+    pinned, sole = m.hit_holders(c, 40)
+    assert pinned == 40 and sole.size == 0  # two residents hold them: in S already
+    # A finished request's cached slots are nobody's: a hit on them pins new slots.
+    m.free(a)
+    m.free(b)
+    assert m.own_slots([a.request_id, b.request_id])[1] == 0
+    m.get_computed_blocks(c)
+    assert m.hit_holders(c, 40)[0] == 0
+    # Handles are per residency: readmitted, a request gets a new one.
+    h = m.handle_of(b.request_id)
+    assert h == -1
+    admit(m, b)
+    assert m.handle_of(b.request_id) > max(0, h)
+
+
+def test_own_slots_without_sharing_are_all_held_slots() -> None:
+    m = make_manager(prefix_sharing=False)
+    a = request(list(range(10, 30)))
+    admit(m, a)
+    own, shared = m.own_slots([a.request_id, "missing"])
+    assert own.tolist() == [20, 0] and shared == 0
+
+
+@pytest.mark.parametrize("num_slots,expect", [(301, "admit"), (231, "skip")])
+def test_admission_counts_a_shared_system_prompt_once(num_slots: int, expect: str) -> None:
+    """a (100-token system prompt + 20) runs; b shares the system prompt. The
+    projected peak is S (the 100 shared slots) + the peak of the two 20-token own
+    parts growing 50 steps: 100 + 2 * (20 + 50) = 240, not 2 * 170 = 340."""
+    from vllm_proxima.scheduling.admission import ProjectedPeakPolicy
+
+    m = make_manager(num_slots=num_slots)
+    policy = ProjectedPeakPolicy(m)  # conservative: max_tokens as the final length
+    system = list(range(200, 300))
+    a = request(system + list(range(1, 21)), max_tokens=50)
+    admit(m, a)
+    b = request(system + list(range(21, 41)), max_tokens=50)
+    _, hit, _ = m.get_computed_blocks(b)
+    assert hit == 100
+    policy.begin_step()
+    decision = policy.decide(b, b.num_tokens - hit, hit, [a])
+    assert decision == expect
+    if expect == "admit":
+        assert policy.last_projected_peak == 240

@@ -194,6 +194,10 @@ class RadixCache:
         ids, deps = self._shared()
         return self._num_cached - self._num_pinned(ids, deps)
 
+    def holders(self, slots: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+        """How many requests hold each of ``slots``: the refcount less the cache's own."""
+        return self.pool.refcount(slots) - (self._nid[slots] >= 0)
+
     def match(
         self,
         tokens: npt.ArrayLike,
@@ -557,7 +561,12 @@ class RadixCache:
             return 0
         size = self._par.size
         last = np.full(size, -1, dtype=np.int64)  # deepest shared position per node
-        np.maximum.at(last, ids, deps)
+        # Max per node by one sort of (node, position) keys: np.maximum.at is ~2x slower.
+        key = (ids.astype(np.int64) << 32) | deps.astype(np.int64)
+        key.sort()
+        node = key >> 32
+        ends = np.flatnonzero(np.append(node[1:] != node[:-1], True))
+        last[node[ends]] = key[ends] & 0xFFFFFFFF
         above = np.zeros(size, dtype=np.bool_)  # has a shared slot in a child subtree
         front = self._par[np.flatnonzero(last >= 0)]
         while front.size:

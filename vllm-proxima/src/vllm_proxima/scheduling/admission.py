@@ -11,6 +11,12 @@ still to generate holds ``c_i + k`` slots ``k`` decode steps from now while
 suffix sum: O(n log n) per evaluation, done at most a few times per step and
 only while requests wait.
 
+Shared prefixes (prefix caching on): requests sharing a system prompt pin it
+once. So ``c_i`` counts only the slots request ``i`` holds alone (they free when it
+finishes), and every slot two or more hold enters once, as ``S``, assumed held
+until the peak. A candidate counts all its tokens but the cached ones residents
+hold already; those one resident held alone move from its ``c_i`` into ``S``.
+
 Policies (``--proxima-admission``):
     stock: upstream's behaviour (admit while slots are free; preempt the newest).
     conservative: project with ``max_tokens`` (never exceeds it: no preemption
@@ -168,13 +174,17 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         manager: ProximaKVCacheManager,
         overcommit: float = 0.0,
         learn: bool = False,
+        chunk_tokens: int = 2048,
     ) -> None:
         super().__init__(manager, overcommit)
         self.learn = learn
+        self.chunk_tokens = max(1, chunk_tokens)  # prompt tokens prefilled per step at most
         if learn:
             self.name = "adaptive"
         self._held: np.ndarray | None = None
         self._remaining: np.ndarray | None = None
+        self._shared = 0  # S: pinned slots that no single resident request holds alone
+        self._index: dict[int, int] = {}  # residency handle -> position in _held
         self._skips = 0
         self._deferrals: dict[str, int] = {}
         # NOTE: without a departure the combined projected peak only grows
@@ -193,16 +203,43 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         usable = pool.num_usable - self.manager.watermark_slots
         return int(usable * (1.0 + (self.overcommit if self.learn else 0.0)))
 
-    def _project(self, requests: list[Request]) -> tuple[np.ndarray, np.ndarray]:
+    def _resident(self, running: list[Request]) -> None:
+        """Project the resident requests once per step (``_held``, ``_remaining``, ``S``)."""
+        n = len(running)
+        alone, shared = self.manager.own_slots([r.request_id for r in running])
+        # Tokens not given slots yet (a prefill still in chunks) will be its own too.
+        allocated = np.fromiter(
+            (self.manager.num_slots_of(r.request_id) for r in running), np.int64, n
+        )
+        total = np.fromiter((r.num_tokens for r in running), np.int64, n)
+        self._held, self._remaining = self._project(
+            running, alone + np.maximum(total - allocated, 0)
+        )
+        self._shared = shared
+        self._index = {self.manager.handle_of(r.request_id): i for i, r in enumerate(running)}
+
+    def _project(
+        self, requests: list[Request], own: np.ndarray, computed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Slots each request holds (``own``: those no other request shares) and the
+        steps until each finishes (``computed``: prompt tokens in, default the
+        requests' own count)."""
         n = len(requests)
-        held = np.fromiter((r.num_tokens for r in requests), np.int64, n)
+        held = own
         generated = np.fromiter((r.num_output_tokens for r in requests), np.int64, n)
         max_tokens = np.fromiter((r.max_tokens for r in requests), np.int64, n)
         final = self.lengths.final_lengths(generated, max_tokens) if self.learn else max_tokens
         remaining = np.maximum(final - generated, 0)
         # A request never outgrows the model length.
         max_len = self.manager.max_model_len
-        remaining = np.minimum(remaining, np.maximum(max_len - held, 0))
+        total = np.fromiter((r.num_tokens for r in requests), np.int64, n)
+        remaining = np.minimum(remaining, np.maximum(max_len - total, 0))
+        # A prompt still being prefilled starts decoding (and so finishes) later: one
+        # step per chunk of prompt left beyond the chunk that samples its first token.
+        if computed is None:
+            computed = np.fromiter((r.num_computed_tokens for r in requests), np.int64, n)
+        chunks = -(-np.maximum(total - computed, 0) // self.chunk_tokens)
+        remaining = remaining + np.maximum(chunks - 1, 0)
         return held, remaining
 
     def decide(
@@ -215,14 +252,35 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         if self._failed_gen == self._gen:
             return "stop"  # nothing left since the last failed attempt
         if self._held is None:
-            self._held, self._remaining = self._project(running)
-        assert self._remaining is not None
-        cand_held, cand_rem = self._project([request])
+            self._resident(running)
+        assert self._held is not None and self._remaining is not None
+        # Its own: all its tokens but the cached ones residents hold already. Those one
+        # resident held alone become shared: out of that resident's own, into S.
+        pinned, sole = self.manager.hit_holders(request, num_computed_tokens)
+        own = request.num_tokens - pinned
+        moved: list[tuple[int, int]] = []
+        if sole.size:
+            handles, counts = np.unique(sole, return_counts=True)
+            for h, k in zip(handles.tolist(), counts.tolist(), strict=True):
+                i = self._index.get(h)
+                if i is None:  # holder not known (e.g. admitted this step): count twice
+                    own += k
+                else:
+                    moved.append((i, k))
+        cand_held, cand_rem = self._project(
+            [request],
+            np.array([own], dtype=np.int64),
+            np.array([num_computed_tokens], dtype=np.int64),
+        )
         held = np.concatenate((self._held, cand_held))
+        shared = self._shared
+        for i, k in moved:
+            held[i] -= k
+            shared += k
         remaining = np.concatenate((self._remaining, cand_rem))
-        peak = projected_peak(held, remaining)
+        peak = shared + projected_peak(held, remaining)
         if peak <= self._capacity() or not running:
-            self._held, self._remaining = held, remaining
+            self._held, self._remaining, self._shared = held, remaining, shared
             self.last_projected_peak = peak
             self._deferrals.pop(request.request_id, None)
             return "admit"
@@ -262,10 +320,15 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._gen += 1
 
 
-def make_admission_policy(config: ProximaConfig, manager: ProximaKVCacheManager) -> AdmissionPolicy:
-    """The policy named by ``--proxima-admission``."""
+def make_admission_policy(
+    config: ProximaConfig, manager: ProximaKVCacheManager, chunk_tokens: int = 2048
+) -> AdmissionPolicy:
+    """The policy named by ``--proxima-admission``; ``chunk_tokens``: the scheduler's
+    ``max_num_batched_tokens`` (the most prompt tokens one step prefills)."""
     if config.admission == "stock":
         return AdmissionPolicy(manager)
     if config.admission == "conservative":
-        return ProjectedPeakPolicy(manager)
-    return ProjectedPeakPolicy(manager, overcommit=config.overcommit, learn=True)
+        return ProjectedPeakPolicy(manager, chunk_tokens=chunk_tokens)
+    return ProjectedPeakPolicy(
+        manager, overcommit=config.overcommit, learn=True, chunk_tokens=chunk_tokens
+    )

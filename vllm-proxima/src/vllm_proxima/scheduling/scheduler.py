@@ -84,7 +84,9 @@ class ProximaSchedulerMixin:
         self._stats_calls = 0
         self._cache_stats: dict[str, float] = {}
         self._emitted_totals: dict[str, float] = {}
-        self.admission = make_admission_policy(self.proxima_config, manager)
+        self.admission = make_admission_policy(
+            self.proxima_config, manager, self.scheduler_config.max_num_batched_tokens
+        )
         return manager
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
