@@ -24,18 +24,27 @@ def row(name: str, **kw) -> dict:
         "capacity_slots": 4096,
         "evicted_slots": None,
         "per_step_us": 100.0,
+        "prefill_tokens": 400,
     }
     return {**base, **kw}
 
 
-def test_computed_tokens_adds_recompute_to_what_the_cache_missed() -> None:
-    assert computed_tokens(row("x", cached_tokens=600, recomputed_tokens=50)) == 450
+def test_computed_tokens_are_the_measured_prefill_tokens() -> None:
+    # Not prompt - cached + dropped: a resumed request may find its tokens cached.
+    assert computed_tokens(row("x", cached_tokens=600, recomputed_tokens=50)) == 400
 
 
 def test_report_compares_each_config_with_stock(tmp_path: Path) -> None:
     rows = [
-        row("stock", steps=200, preemptions=7, recomputed_tokens=300, cached_tokens=400),
-        row("proxima", steps=150, running_mean=7.5, cached_tokens=500, evicted_slots=1234),
+        row("stock", steps=200, preemptions=7, recomputed_tokens=300, prefill_tokens=900),
+        row(
+            "proxima",
+            steps=150,
+            running_mean=7.5,
+            cached_tokens=500,
+            evicted_slots=1234,
+            prefill_tokens=500,
+        ),
     ]
     (tmp_path / "sysprompt-4096.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     text = report(tmp_path)

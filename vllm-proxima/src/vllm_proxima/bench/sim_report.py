@@ -4,9 +4,10 @@
 writes ``DIR/tables.md``: one table per file, each configuration beside the file's ``stock`` row.
 
 Columns: steps (scheduler steps to finish everything: fewer is better; a CPU simulation has no
-seconds), preemptions and the prompt tokens they recomputed, mean resident requests, prompt tokens
-found in the prefix cache at first schedule (hit rate), prompt tokens computed in all (not cached,
-plus recomputation), cached slots evicted, and the scheduler's CPU time per step.
+seconds), preemptions and the computed tokens they dropped (a resume may find some of them in the
+prefix cache), mean resident requests, prompt tokens found in the prefix cache at first schedule
+(hit rate), tokens computed other than decode steps (prompts and recomputation, counted per step),
+cached slots evicted, and the scheduler's CPU time per step.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ def load(path: Path) -> list[dict[str, Any]]:
 
 
 def computed_tokens(row: dict[str, Any]) -> int:
-    """Prompt tokens the model had to compute: those not found in the cache, plus recompute."""
-    return int(row["prompt_tokens"] - row["cached_tokens"] + row["recomputed_tokens"])
+    """Tokens the model computed other than decode steps (prompt misses and recompute)."""
+    return int(row["prefill_tokens"])
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -35,8 +36,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         return f" ({value / base:.3f}x)" if base else ""
 
     head = (
-        "| config | steps | preemptions | recomputed | running mean | cached (hit rate) "
-        "| computed | evicted slots | sched us/step |\n|---|---|---|---|---|---|---|---|---|\n"
+        "| config | steps | preemptions | dropped | running mean | cached (hit rate) "
+        "| prefill computed | evicted slots | sched us/step |\n" + "|---" * 9 + "|\n"
     )
     lines = []
     for r in rows:

@@ -77,7 +77,7 @@ class SimResult:
     steps: int
     finished: int
     preemptions: int
-    recomputed_tokens: int
+    recomputed_tokens: int  # computed tokens preemptions dropped (a resume may find some cached)
     running_max: int
     running_mean: float
     peak_slots_used: int
@@ -91,6 +91,9 @@ class SimResult:
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens found in the prefix cache at first schedule
     evicted_slots: int | None = None  # proxima's prefix cache (None: stock)
+    # Tokens the model computed other than decode steps: prompts not found in the
+    # cache, and what preempted requests recomputed on resuming. Measured per step.
+    prefill_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -224,7 +227,7 @@ def simulate(
     made: dict[str, Any] = {}  # request id -> Request, to read a finished turn's output
     ready: list[int] = []  # chat turns whose previous turn finished
     seen_new: set[str] = set()
-    cached_tokens = prompt_tokens = 0
+    cached_tokens = prompt_tokens = prefill_tokens = 0
     cache = getattr(scheduler.kv_cache_manager, "cache", None)
     evicted_before = cache.stats().evicted if cache is not None else 0
     targets: dict[str, int] = {}
@@ -297,9 +300,16 @@ def simulate(
         req_ids: list[str] = []
         sampled: list[list[int]] = []
         stop_ids: list[str] = []
-        for rid in out.num_scheduled_tokens:
+        for rid, n in out.num_scheduled_tokens.items():
             request = scheduler.requests[rid]
             req_ids.append(rid)
+            # A decode step: one token after the last one computed, outputs begun.
+            if not (
+                n == 1
+                and request.num_output_tokens
+                and request.num_computed_tokens == request.num_tokens
+            ):
+                prefill_tokens += n
             if request.num_computed_tokens >= request.num_tokens:
                 sampled.append([7])
                 if request.num_output_tokens + 1 >= targets[rid]:
@@ -368,6 +378,7 @@ def simulate(
         busy_update_us=round(1e6 * busy_update_s / busy_steps, 1) if busy_steps else None,
         prompt_tokens=prompt_tokens,
         cached_tokens=cached_tokens,
+        prefill_tokens=prefill_tokens,
         evicted_slots=cache.stats().evicted - evicted_before if cache is not None else None,
     )
 
