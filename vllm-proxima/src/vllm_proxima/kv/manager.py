@@ -158,13 +158,14 @@ class ProximaKVCacheManager:
 
         As in stock vLLM, cached KV that eviction could free counts as free.
         NOTE: the evictable count is one O(num_slots) vectorised pass (~0.5 ms at
-        16k slots), redone when the pool or the cache changed: every call up to 4k
-        slots, every 4th up to 256k, every 16th above (a gauge, read once a step).
+        16k slots, ~2 ms at 128k), redone when the pool or the cache changed: every
+        call up to 4k slots, every 4th up to 64k, every 16th above (a gauge, read
+        once a step).
         """
         if self.cache is None or not self.cache.num_cached_slots:
             return self.pool.usage
         n = self.pool.num_slots
-        period = 1 if n <= 1 << 12 else 4 if n <= 1 << 18 else 16
+        period = 1 if n <= 1 << 12 else 4 if n <= 1 << 16 else 16
         if self._usage_calls % period == 0 and self._version != self._usage_key:
             self._evictable = self.cache.num_evictable_slots
             self._usage_key = self._version
@@ -186,13 +187,22 @@ class ProximaKVCacheManager:
         sizes = np.fromiter((h.n if h is not None else 0 for h in held), np.int64, n)
         if self.cache is None or not self.cache.num_cached_slots or not sizes.sum():
             return sizes, 0
-        slots = np.concatenate([h.buf[: h.n] for h in held if h is not None and h.n])
+        # Only slots a request offered to the cache can be shared (others reach them
+        # through cache hits only): its first ``cached`` slots. The rest are its own.
+        offered = np.fromiter(
+            (min(h.cached, h.n) if h is not None else 0 for h in held), np.int64, n
+        )
+        if not offered.sum():
+            return sizes, 0
+        slots = np.concatenate(
+            [h.buf[: min(h.cached, h.n)] for h in held if h is not None and min(h.cached, h.n)]
+        )
         holders = self.cache.holders(slots)
         alone = (holders == 1).astype(np.int64)
-        out = np.zeros(n, dtype=np.int64)
-        nonempty = np.flatnonzero(sizes)
-        starts = np.concatenate(([0], np.cumsum(sizes[nonempty])[:-1]))
-        out[nonempty] = np.add.reduceat(alone, starts)
+        out = sizes - offered
+        nonempty = np.flatnonzero(offered)
+        starts = np.concatenate(([0], np.cumsum(offered[nonempty])[:-1]))
+        out[nonempty] += np.add.reduceat(alone, starts)
         # Each shared slot appears once per holder listed: sum 1/holders counts it once.
         many = holders[holders >= 2]
         shared = int(round(float(np.sum(1.0 / many)))) if many.size else 0
