@@ -159,13 +159,13 @@ class ProximaKVCacheManager:
         As in stock vLLM, cached KV that eviction could free counts as free.
         NOTE: the evictable count is one O(num_slots) vectorised pass (~0.5 ms at
         16k slots, ~2 ms at 128k), redone when the pool or the cache changed: every
-        call up to 4k slots, every 4th up to 64k, every 16th above (a gauge, read
+        call up to 1k slots, every 4th up to 64k, every 16th above (a gauge, read
         once a step).
         """
         if self.cache is None or not self.cache.num_cached_slots:
             return self.pool.usage
         n = self.pool.num_slots
-        period = 1 if n <= 1 << 12 else 4 if n <= 1 << 16 else 16
+        period = 1 if n <= 1 << 10 else 4 if n <= 1 << 16 else 16
         if self._usage_calls % period == 0 and self._version != self._usage_key:
             self._evictable = self.cache.num_evictable_slots
             self._usage_key = self._version
