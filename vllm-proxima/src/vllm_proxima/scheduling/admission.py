@@ -216,14 +216,15 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             running, alone + np.maximum(total - allocated, 0)
         )
         self._shared = shared
-        self._index = {self.manager.handle_of(r.request_id): i for i, r in enumerate(running)}
+        handles = (self.manager.handle_of(r.request_id) for r in running)
+        self._index = {h: i for i, h in enumerate(handles) if h >= 0}
 
     def _project(
         self, requests: list[Request], own: np.ndarray, computed: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Slots each request holds (``own``: those no other request shares) and the
-        steps until each finishes (``computed``: prompt tokens in, default the
-        requests' own count)."""
+        steps until each finishes (``computed``: tokens already computed, default
+        each request's ``num_computed_tokens``)."""
         n = len(requests)
         held = own
         generated = np.fromiter((r.num_output_tokens for r in requests), np.int64, n)
