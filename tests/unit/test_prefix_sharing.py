@@ -232,3 +232,22 @@ def test_admission_counts_a_shared_system_prompt_once(num_slots: int, expect: st
     assert decision == expect
     if expect == "admit":
         assert policy.last_projected_peak == 240
+
+
+def test_eviction_frees_a_batch_ahead_of_the_shortfall() -> None:
+    """One eviction per decode step was the hot spot on a full pool: a shortfall
+    evicts ``_evict_ahead`` more cached slots (when there are that many) so the
+    next steps allocate from the free list."""
+    m = ProximaKVCacheManager(num_slots=8193, max_model_len=9000, prefix_sharing=True)
+    assert m._evict_ahead == 64  # 8,192 usable: min(max(64, 8192 // 512), 8192 // 64)
+    filler = request(list(range(1, 201)) * 40, max_tokens=8)  # 8,000 tokens, cached at free
+    admit(m, filler)
+    m.free(filler)
+    free_before = m.pool.num_free  # 192 free, 8,000 cached and evictable
+    newcomer = request(list(range(300, 560)))  # 260 new tokens: 68 short
+    admit(m, newcomer)
+    assert m.cache.stats().evicted == 68 + 64
+    assert m.pool.num_free == free_before + 68 + 64 - 260
+    running = request(list(range(600, 660)))  # fits in the slots freed ahead: no eviction
+    admit(m, running)
+    assert m.cache.stats().evicted == 68 + 64
