@@ -16,6 +16,11 @@ once. So ``c_i`` counts only the slots request ``i`` holds alone (they free when
 finishes), and every slot two or more hold enters once, as ``S``, assumed held
 until the peak. A candidate counts all its tokens but the cached ones residents
 hold already; those one resident held alone move from its ``c_i`` into ``S``.
+Not counted: cached slots no request holds above slots one does (a prefix computed
+twice in one step, one copy cached, the other extended), and the wait of the
+second of two long prompts admitted in one step for prefill budget. Both can let
+even ``conservative`` preempt, rarely (none in the simulations of
+docs/benchmarks/cpu-sim-2026-12-03).
 
 Policies (``--proxima-admission``):
     stock: upstream's behaviour (admit while slots are free; preempt the newest).
