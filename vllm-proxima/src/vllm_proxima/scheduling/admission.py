@@ -16,10 +16,11 @@ once. So ``c_i`` counts only the slots request ``i`` holds alone (they free when
 finishes), and every slot two or more hold enters once, as ``S``, assumed held
 until the peak. A candidate counts all its tokens but the cached ones residents
 hold already; those one resident held alone move from its ``c_i`` into ``S``.
+A prompt still prefilling finishes later, by the step budget's chunks of the
+prompt tokens ahead of it (residents' in order, then this step's admissions).
 Not counted: cached slots no request holds above slots one does (a prefix computed
-twice in one step, one copy cached, the other extended), and the wait of the
-second of two long prompts admitted in one step for prefill budget. Both can let
-even ``conservative`` preempt, rarely (none in the simulations of
+twice in one step, one copy cached, the other extended); they can let even
+``conservative`` preempt, rarely (never in the simulations of
 docs/benchmarks/cpu-sim-2026-12-03).
 
 Policies (``--proxima-admission``):
@@ -190,6 +191,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._remaining: np.ndarray | None = None
         self._shared = 0  # S: pinned slots that no single resident request holds alone
         self._index: dict[int, int] = {}  # residency handle -> position in _held
+        self._queued = 0  # prompt tokens still to prefill, of residents and of admissions
         self._skips = 0
         self._deferrals: dict[str, int] = {}
         # NOTE: without a departure the combined projected peak only grows
@@ -218,18 +220,23 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         )
         total = np.fromiter((r.num_tokens for r in running), np.int64, n)
         self._held, self._remaining = self._project(
-            running, alone + np.maximum(total - allocated, 0)
+            running, alone + np.maximum(total - allocated, 0), ahead=None
         )
         self._shared = shared
         handles = (self.manager.handle_of(r.request_id) for r in running)
         self._index = {h: i for i, h in enumerate(handles) if h >= 0}
 
     def _project(
-        self, requests: list[Request], own: np.ndarray, computed: np.ndarray | None = None
+        self,
+        requests: list[Request],
+        own: np.ndarray,
+        computed: np.ndarray | None = None,
+        ahead: int | None = 0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Slots each request holds (``own``: those no other request shares) and the
         steps until each finishes (``computed``: tokens already computed, default
-        each request's ``num_computed_tokens``)."""
+        each request's ``num_computed_tokens``; ``ahead``: prompt tokens scheduled
+        before theirs, ``None``: the requests' own, in order, sets ``_queued``)."""
         n = len(requests)
         held = own
         generated = np.fromiter((r.num_output_tokens for r in requests), np.int64, n)
@@ -241,10 +248,18 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         total = np.fromiter((r.num_tokens for r in requests), np.int64, n)
         remaining = np.minimum(remaining, np.maximum(max_len - total, 0))
         # A prompt still being prefilled starts decoding (and so finishes) later: one
-        # step per chunk of prompt left beyond the chunk that samples its first token.
+        # step per chunk of prompt left beyond the chunk that samples its first token,
+        # counting the prompt tokens the step budget serves before it.
         if computed is None:
             computed = np.fromiter((r.num_computed_tokens for r in requests), np.int64, n)
-        chunks = -(-np.maximum(total - computed, 0) // self.chunk_tokens)
+        left = np.maximum(total - computed, 0)
+        if ahead is None:
+            queue = np.cumsum(left)
+            self._queued = int(queue[-1]) if n else 0
+        else:
+            queue = ahead + left
+        waiting = left > 0
+        chunks = np.where(waiting, -(-queue // self.chunk_tokens), 0)
         remaining = remaining + np.maximum(chunks - 1, 0)
         return held, remaining
 
@@ -277,6 +292,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             [request],
             np.array([own], dtype=np.int64),
             np.array([num_computed_tokens], dtype=np.int64),
+            ahead=self._queued,
         )
         held = np.concatenate((self._held, cand_held))
         shared = self._shared
@@ -287,6 +303,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         peak = shared + projected_peak(held, remaining)
         if peak <= self._capacity() or not running:
             self._held, self._remaining, self._shared = held, remaining, shared
+            self._queued += max(request.num_tokens - num_computed_tokens, 0)
             self.last_projected_peak = peak
             self._deferrals.pop(request.request_id, None)
             return "admit"
