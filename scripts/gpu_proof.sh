@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU proof plans, run on the device machine after scripts/gpu_device.sh setup.
-#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | g | serve | smoke | tp2 | ray
+#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | f2 | g | serve | smoke | tp2 | ray
 # serve needs the tiny model's tokenizer: carry models/tiny-llama (scripts/tiny_model.py makes it).
 # tp2 needs 2 GPUs (the nvidia-h200-x2 kind); ray needs Ray in the bundle (pip install ray).
 # Each engine runs in its own process under a time cap; everything lands in /tmp/proof-PLAN and is
@@ -74,11 +74,18 @@ case $PLAN in
     engine stock-fa3-e 170 --engine stock-fa3 --prefix-caching --kv-bytes $((64 * 1024**3)) \
       --runs chat --tag e
     ;;
-  f)  # issue 8 (c): the same workloads at 2 GiB KV, where the cache must evict; per policy
+  f)  # issue 8 (c): shared system prompts at 2 GiB KV, where the cache must evict; per policy
     engine proxima-f 340 --engine proxima --prefix-caching --kv-bytes $((2 * 1024**3)) \
-      --runs sysprompt:adaptive,chat:adaptive --evict lru,lfu,arc --tag f
+      --runs sysprompt:adaptive --evict lru,lfu,arc --tag f
     engine stock-fa3-f 200 --engine stock-fa3 --prefix-caching --kv-bytes $((2 * 1024**3)) \
-      --runs sysprompt,chat --tag f
+      --runs sysprompt --tag f
+    ;;
+  f2)  # issue 8 (c): chats at 32 GiB KV (65,536 slots on the 7B shape), evicting but with hits left:
+    # at 2 GiB no history survives on either side (CPU simulation, docs/benchmarks/cpu-sim-2026-12-03)
+    engine proxima-f2 340 --engine proxima --prefix-caching --kv-bytes $((32 * 1024**3)) \
+      --runs chat:adaptive --evict lru,lfu,arc --tag f2
+    engine stock-fa3-f2 200 --engine stock-fa3 --prefix-caching --kv-bytes $((32 * 1024**3)) \
+      --runs chat --tag f2
     ;;
   g)  # FlashAttention over 1-token pages (PROXIMA_ATTENTION=flash_attn, experimental) vs Triton vs stock
     export PROXIMA_ATTENTION=flash_attn
