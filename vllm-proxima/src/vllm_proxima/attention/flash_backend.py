@@ -10,26 +10,10 @@ kernel at page size 1 ran at 0.96-1.05x of its speed at page size 16, and FA3 wa
 
 from __future__ import annotations
 
-from vllm.v1.attention.backend import MultipleOf
 from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 
+from vllm_proxima.attention.pages import PackedKVPages
 
-class ProximaFlashAttentionBackend(FlashAttentionBackend):
-    @staticmethod
-    def get_name() -> str:
-        return "CUSTOM"
 
-    @staticmethod
-    def get_supported_kernel_block_sizes() -> list[int | MultipleOf]:
-        return [MultipleOf(1)]
-
-    @staticmethod
-    def get_kv_cache_shape(
-        num_blocks: int,
-        block_size: int,
-        num_kv_heads: int,
-        head_size: int,
-        cache_dtype_str: str = "auto",
-    ) -> tuple[int, ...]:
-        # Upstream's logical layout (B, H, N, 2*D) without its multiple-of-16 guard.
-        return (num_blocks, num_kv_heads, block_size, 2 * head_size)
+class ProximaFlashAttentionBackend(PackedKVPages, FlashAttentionBackend):
+    """Upstream's FlashAttention backend over 1-token pages."""

@@ -18,11 +18,12 @@ from vllm.v1.attention.backend import (
     AttentionMetadataBuilder,
     AttentionType,
     CommonAttentionMetadata,
-    MultipleOf,
 )
 
+from vllm_proxima.attention.pages import OneTokenPages
 
-class ProximaTorchAttentionBackend(AttentionBackend):
+
+class ProximaTorchAttentionBackend(OneTokenPages, AttentionBackend):
     forward_includes_kv_cache_update: bool = False
     accept_output_buffer: bool = True
     supported_dtypes: ClassVar[list[torch.dtype]] = [
@@ -31,14 +32,6 @@ class ProximaTorchAttentionBackend(AttentionBackend):
         torch.float32,
     ]
     supported_kv_cache_dtypes: ClassVar[list[Any]] = ["auto"]
-
-    @staticmethod
-    def get_name() -> str:
-        return "CUSTOM"
-
-    @staticmethod
-    def get_supported_kernel_block_sizes() -> list[int | MultipleOf]:
-        return [MultipleOf(1)]
 
     @classmethod
     def get_supported_head_sizes(cls) -> list[int]:
