@@ -166,50 +166,53 @@ def test_lookup_stats_count_each_admission_once_and_whole() -> None:
     assert (stats["prefix_queries_tokens"], stats["prefix_hits_tokens"]) == (77, 37)
 
 
-def test_own_slots_and_hit_holders_see_shared_prefixes() -> None:
+def test_residency_and_hit_holders_see_shared_prefixes() -> None:
     """What the admission policy reads: slots each resident holds alone, and for a
     waiting request's hit, how many residents hold it already and who alone."""
     m = make_manager()
     system = list(range(100, 140))  # 40 tokens
     a = request(system + [1, 2, 3])
     admit(m, a)
-    own, shared = m.own_slots([a.request_id])
-    assert own.tolist() == [43] and shared == 0  # cached, but only a holds them
+    res = m.residency([a.request_id])
+    assert res.held.tolist() == [43] and res.alone.tolist() == [43]  # cached, only a holds
+    assert res.shared == 0
+    handle_a = int(res.handles[0])
     b = request(system + [7, 7])
     m.get_computed_blocks(b)  # the peek decide() is asked about
     pinned, sole = m.hit_holders(b, 40)
     assert pinned == 40  # a holds all of them
-    assert sole.tolist() == [m.handle_of(a.request_id)] * 40  # a alone
+    assert sole.tolist() == [handle_a] * 40  # a alone
     other = request([5, 6, 7])
     pinned, sole = m.hit_holders(other, 40)  # not the last lookup: nothing known
     assert pinned == 0 and sole.size == 0
     admit(m, b)
     # Now shared: neither holds the 40 system-prompt slots alone.
-    own, shared = m.own_slots([a.request_id, b.request_id])
-    assert own.tolist() == [3, 2] and shared == 40  # once, not once per holder
+    res = m.residency([a.request_id, b.request_id])
+    assert res.held.tolist() == [43, 42] and res.alone.tolist() == [3, 2]
+    assert res.shared == 40  # once, not once per holder
     c = request(system + [8])
     m.get_computed_blocks(c)
     pinned, sole = m.hit_holders(c, 40)
     assert pinned == 40 and sole.size == 0  # two residents hold them: in S already
     # A finished request's cached slots are nobody's: a hit on them pins new slots.
+    handle_b = int(m.residency([b.request_id]).handles[0])
     m.free(a)
     m.free(b)
-    assert m.own_slots([a.request_id, b.request_id])[1] == 0
+    res = m.residency([a.request_id, b.request_id])
+    assert res.shared == 0 and res.handles.tolist() == [-1, -1]
     m.get_computed_blocks(c)
     assert m.hit_holders(c, 40)[0] == 0
     # Handles are per residency: readmitted, a request gets a new one.
-    h = m.handle_of(b.request_id)
-    assert h == -1
     admit(m, b)
-    assert m.handle_of(b.request_id) > max(0, h)
+    assert int(m.residency([b.request_id]).handles[0]) > handle_b
 
 
-def test_own_slots_without_sharing_are_all_held_slots() -> None:
+def test_residency_without_sharing_is_all_held_slots() -> None:
     m = make_manager(prefix_sharing=False)
     a = request(list(range(10, 30)))
     admit(m, a)
-    own, shared = m.own_slots([a.request_id, "missing"])
-    assert own.tolist() == [20, 0] and shared == 0
+    res = m.residency([a.request_id, "missing"])
+    assert res.alone.tolist() == [20, 0] and res.held.tolist() == [20, 0] and res.shared == 0
 
 
 @pytest.mark.parametrize("num_slots,expect", [(301, "admit"), (231, "skip")])

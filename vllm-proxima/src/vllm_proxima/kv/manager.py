@@ -11,7 +11,7 @@ No upstream block pool is built and there is no Python object per slot.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -69,6 +69,15 @@ class SlotBlocks:
 
     def __len__(self) -> int:
         return int(self.slots.size)
+
+
+class Residency(NamedTuple):
+    """Resident requests as :meth:`ProximaKVCacheManager.residency` sees them."""
+
+    held: NDArray[np.int64]  # slots each holds
+    alone: NDArray[np.int64]  # of those, slots no other request holds
+    handles: NDArray[np.int64]  # residency handle (-1: holds no slots)
+    shared: int  # distinct slots two or more of them hold (exact if all holders are listed)
 
 
 class _RequestSlots:
@@ -173,45 +182,43 @@ class ProximaKVCacheManager:
         used = max(0, self.pool.num_used - self._evictable)
         return used / self.pool.num_usable
 
-    def own_slots(self, request_ids: list[str]) -> tuple[NDArray[np.int64], int]:
-        """Slots each request holds alone (no other request holds them), in order,
-        and how many distinct slots two or more of them hold.
+    def residency(self, request_ids: list[str]) -> Residency:
+        """What the admission policy reads of the resident requests, in one pass.
 
-        One vectorised pass over the requests' slots (no O(num_slots) scan). The
-        shared count is exact when every holder is listed (all running requests).
+        Per request: slots held, slots held alone (no other request holds them) and
+        its residency handle; and the distinct slots two or more of them hold. Only
+        slots a request offered to the cache (its first ``cached``) can be shared:
+        others reach slots through cache hits only. Cost: one vectorised pass over
+        the offered slots, no O(num_slots) scan.
         NOTE: cached slots nobody holds above slots someone holds (a prefix computed
         twice in one step, one copy cached, the other extended) are not counted.
         """
         n = len(request_ids)
         held = [self.req_slots.get(rid) for rid in request_ids]
-        sizes = np.fromiter((h.n if h is not None else 0 for h in held), np.int64, n)
-        if self.cache is None or not self.cache.num_cached_slots or not sizes.sum():
-            return sizes, 0
-        # Only slots a request offered to the cache can be shared (others reach them
-        # through cache hits only): its first ``cached`` slots. The rest are its own.
-        offered = np.fromiter(
-            (min(h.cached, h.n) if h is not None else 0 for h in held), np.int64, n
-        )
-        if not offered.sum():
-            return sizes, 0
-        slots = np.concatenate(
-            [h.buf[: min(h.cached, h.n)] for h in held if h is not None and min(h.cached, h.n)]
-        )
+        sizes = np.zeros(n, dtype=np.int64)
+        offered = np.zeros(n, dtype=np.int64)
+        handles = np.full(n, -1, dtype=np.int64)
+        parts = []
+        for i, h in enumerate(held):
+            if h is not None:
+                sizes[i], handles[i] = h.n, h.handle
+                k = offered[i] = min(h.cached, h.n)
+                if k:
+                    parts.append(h.buf[:k])
+        if self.cache is None or not parts:
+            return Residency(sizes, sizes.copy(), handles, 0)
+        slots = np.concatenate(parts)
         holders = self.cache.holders(slots)
-        alone = (holders == 1).astype(np.int64)
-        out = sizes - offered
+        alone = sizes - offered
         nonempty = np.flatnonzero(offered)
         starts = np.concatenate(([0], np.cumsum(offered[nonempty])[:-1]))
-        out[nonempty] += np.add.reduceat(alone, starts)
-        # Each shared slot appears once per holder listed: sum 1/holders counts it once.
+        alone[nonempty] += np.add.reduceat((holders == 1).astype(np.int64), starts)
+        # A shared slot appears once per listed holder: summing 1/holders counts it once
+        # when every holder is listed (the admission lists all running requests), in
+        # O(n); np.unique was 5x slower on 48k entries (0.9 ms vs 0.16 ms).
         many = holders[holders >= 2]
         shared = int(round(float(np.sum(1.0 / many)))) if many.size else 0
-        return out, shared
-
-    def handle_of(self, request_id: str) -> int:
-        """The request's residency handle (-1: it holds no slots)."""
-        held = self.req_slots.get(request_id)
-        return held.handle if held is not None else -1
+        return Residency(sizes, alone, handles, shared)
 
     def hit_holders(self, request: Request, hit: int) -> tuple[int, NDArray[np.int64]]:
         """Of the ``hit`` cached slots a waiting request would take: how many resident

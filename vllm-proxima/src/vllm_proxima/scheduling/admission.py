@@ -212,19 +212,14 @@ class ProjectedPeakPolicy(AdmissionPolicy):
 
     def _resident(self, running: list[Request]) -> None:
         """Project the resident requests once per step (``_held``, ``_remaining``, ``S``)."""
-        n = len(running)
-        alone, shared = self.manager.own_slots([r.request_id for r in running])
+        res = self.manager.residency([r.request_id for r in running])
         # Tokens not given slots yet (a prefill still in chunks) will be its own too.
-        allocated = np.fromiter(
-            (self.manager.num_slots_of(r.request_id) for r in running), np.int64, n
-        )
-        total = np.fromiter((r.num_tokens for r in running), np.int64, n)
+        total = np.fromiter((r.num_tokens for r in running), np.int64, len(running))
         self._held, self._remaining = self._project(
-            running, alone + np.maximum(total - allocated, 0), ahead=None
+            running, res.alone + np.maximum(total - res.held, 0), ahead=None
         )
-        self._shared = shared
-        handles = (self.manager.handle_of(r.request_id) for r in running)
-        self._index = {h: i for i, h in enumerate(handles) if h >= 0}
+        self._shared = res.shared
+        self._index = {h: i for i, h in enumerate(res.handles.tolist()) if h >= 0}
 
     def _project(
         self,
