@@ -195,7 +195,9 @@ class Bench:
 
         config = ProximaConfig(mode="on", admission=name)
         self.sched.proxima_config = config
-        self.sched.admission = make_admission_policy(config, self.kvm)
+        self.sched.admission = make_admission_policy(
+            config, self.kvm, self.sched.scheduler_config.max_num_batched_tokens
+        )
 
     def evicted(self) -> int | None:
         """Cached slots evicted so far (proxima's prefix cache; None for stock)."""

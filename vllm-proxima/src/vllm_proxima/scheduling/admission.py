@@ -339,7 +339,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
 
 
 def make_admission_policy(
-    config: ProximaConfig, manager: ProximaKVCacheManager, chunk_tokens: int = 2048
+    config: ProximaConfig, manager: ProximaKVCacheManager, chunk_tokens: int
 ) -> AdmissionPolicy:
     """The policy named by ``--proxima-admission``; ``chunk_tokens``: the scheduler's
     ``max_num_batched_tokens`` (the most prompt tokens one step prefills)."""
