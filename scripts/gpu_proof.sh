@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU proof plans, run on the device machine after scripts/gpu_device.sh setup.
-#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | f2 | g | serve | smoke | tp2 | ray
-# serve needs the tiny model's tokenizer: carry models/tiny-llama (scripts/tiny_model.py makes it).
+#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | f2 | g | serve | serve-sharegpt | smoke | tp2 | ray
+# serve* need the tiny model's tokenizer: carry models/tiny-llama (scripts/tiny_model.py makes it).
 # tp2 needs 2 GPUs (the nvidia-h200-x2 kind); ray needs Ray in the bundle (pip install ray).
 # Each engine runs in its own process under a time cap; everything lands in /tmp/proof-PLAN and is
 # packed into $OUT/proof-PLAN.tgz (plus results.jsonl and the log uncompressed) because only a few
@@ -76,9 +76,9 @@ case $PLAN in
     ;;
   f)  # issue 8 (c): shared system prompts at 2 GiB KV, where the cache must evict; per policy
     engine proxima-f 340 --engine proxima --prefix-caching --kv-bytes $((2 * 1024**3)) \
-      --runs sysprompt:adaptive --evict lru,lfu,arc --tag f
+      --runs sysprompt:adaptive --evict lru,lfu,arc --num-requests 300 --tag f
     engine stock-fa3-f 200 --engine stock-fa3 --prefix-caching --kv-bytes $((2 * 1024**3)) \
-      --runs sysprompt --tag f
+      --runs sysprompt --num-requests 300 --tag f
     ;;
   f2)  # issue 8 (c): chats at 32 GiB KV (65,536 slots on the 7B shape), evicting but with hits left:
     # at 2 GiB no history survives on either side (CPU simulation, docs/benchmarks/cpu-sim-2026-12-03)
@@ -94,18 +94,21 @@ case $PLAN in
     engine stock-fa3-g 130 --engine stock-fa3 --runs base,parity --tag g
     engine proxima-triton-g 170 --engine proxima --runs base:adaptive --tag g-triton
     ;;
-  serve)  # issue 6: the serving A/B through the OpenAI server, 7B shape, 8 GiB KV, stock then proxima
-    python3 -m vllm_proxima.bench.shape_model --shape llama-2-7b --tokenizer models/tiny-llama \
-      --out /tmp/llama-2-7b-shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+  serve|serve-sharegpt)  # issue 6: the serving A/B through the OpenAI server, 7B shape, 8 GiB KV, stock then
+    # proxima; serve = the brief's workload (1,000 prompts would take ~2x the time: 400 per point),
+    # serve-sharegpt = ShareGPT-like log-normal lengths (mean output 338 tokens, so from 32 up)
+    if [ "$PLAN" = serve ]; then wl=baseline; conc=16,32,64,128,256; else wl=sharegpt; conc=32,64,128,256; fi
+    [ -d /tmp/llama-2-7b-shape ] || python3 -m vllm_proxima.bench.shape_model --shape llama-2-7b \
+      --tokenizer models/tiny-llama --out /tmp/llama-2-7b-shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
     l=$(left)
-    echo "=== serve_ab (cap $((l - 20))s)" | tee -a "$LOG"
+    echo "=== serve_ab $wl (cap $((l - 20))s)" | tee -a "$LOG"
     timeout -k 10 $((l - 20)) python3 -m vllm_proxima.bench.serve_ab --model /tmp/llama-2-7b-shape \
       --server-args "--load-format dummy --dtype bfloat16 --max-model-len 4096 \
                      --kv-cache-memory-bytes 8589934592 --no-enable-prefix-caching" \
-      --workload baseline --num-prompts 500 --concurrency 32,128,512 --server-timeout 240 \
+      --workload $wl --num-prompts 400 --concurrency $conc --server-timeout 240 \
       --no-report --out "$W/serve" > "$W/serve_ab.log" 2>&1
     echo "=== serve_ab rc=$?" | tee -a "$LOG"; tail -25 "$W/serve_ab.log" | cut -c1-300
-    cp "$W/serve/raw.json" "$OUTD/serve-raw.json" 2>/dev/null
+    cp "$W/serve/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
     ;;
   tp2)  # issue 9: Llama-2-13B shape over 2 GPUs, stock vs proxima, same run; 16 GiB KV per rank
     engine proxima-tp2 280 --engine proxima --model vllm-proxima/src/vllm_proxima/bench/models/llama-2-13b \
