@@ -413,3 +413,21 @@ def test_server_default_max_num_seqs_follows_vllms_hardware_rule() -> None:
     assert pl.server_default_max_num_seqs(raw([h200])) == 1024
     assert pl.server_default_max_num_seqs(raw([a100])) == 256
     assert pl.server_default_max_num_seqs(raw([l4])) == 256
+
+
+def test_check_takes_the_model_from_the_command_line_when_the_runs_folder_is_elsewhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = _fake_raw(tmp_path)
+    model_dir = Path(raw["config"]["model"])  # type: ignore[index]
+    raw["config"]["model"] = "/elsewhere/llama-shape"  # type: ignore[index]
+    with pytest.raises(pl.PlannerError, match="pass --model"):
+        pl.check(raw, trials=10)
+    result = pl.check(raw, trials=10, model=str(model_dir))
+    assert result["modes"]["on"]["capacity_match"] is True
+    raw_path = tmp_path / "raw.json"
+    raw_path.write_text(json.dumps(raw))
+    assert pl.main(["--check", str(raw_path), "--trials", "10"]) == 2
+    assert "pass --model" in capsys.readouterr().err
+    assert pl.main(["--check", str(raw_path), "--model", str(model_dir), "--trials", "10"]) == 0
+    assert "predicted 16,383, measured 16,383: OK" in capsys.readouterr().out

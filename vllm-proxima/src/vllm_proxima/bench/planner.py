@@ -680,8 +680,13 @@ def server_default_max_num_seqs(raw: dict[str, Any]) -> int:
     return 1024 if big and "a100" not in str(gpu.get("name", "")).lower() else 256
 
 
-def check(raw: dict[str, Any], trials: int = 500, seed: int = 0) -> dict[str, Any]:
+def check(
+    raw: dict[str, Any], trials: int = 500, seed: int = 0, model: str | None = None
+) -> dict[str, Any]:
     """Predicted vs measured for every mode and point of a serve_ab raw record.
+
+    ``model`` (a preset, config.json or folder) replaces the run's model path, which
+    usually names a folder on the machine that ran it.
 
     Raises:
         PlannerError: the record lacks what a prediction needs.
@@ -691,7 +696,12 @@ def check(raw: dict[str, Any], trials: int = 500, seed: int = 0) -> dict[str, An
     if not wl:
         raise PlannerError("the raw record has no workload lengths (run with a generated workload)")
     lengths = lengths_from_arrays("measured run's workload", wl["prompt"], wl["output"])
-    shape = load_shape(str(cfg.get("model")))
+    try:
+        shape = load_shape(model or str(cfg.get("model")))
+    except PlannerError as e:
+        if model:
+            raise
+        raise PlannerError(f"{e}; pass --model (a preset or the run's config.json)") from e
     out: dict[str, Any] = {"lengths": lengths.summary(), "modes": {}}
     for label, record in (raw.get("modes") or {}).items():
         mode_cfg = next((m for m in cfg.get("modes", []) if m["label"] == label), None) or {}
@@ -990,7 +1000,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raw = json.loads(args.check.read_text())
             except (OSError, ValueError) as e:
                 raise PlannerError(f"cannot read {args.check}: {e}") from e
-            result = check(raw, trials=min(args.trials, 1000), seed=args.seed)
+            result = check(raw, trials=min(args.trials, 1000), seed=args.seed, model=args.model)
             print(json.dumps(result, indent=1) if args.json else format_check(result))
             return 0
         if not args.model:
