@@ -59,3 +59,79 @@ def test_length_model_conditions_on_progress() -> None:
     assert model_q.final_lengths(np.array([55]), np.array([100])).tolist() == [60]
     # Never below what was generated + 1, never above max_tokens.
     assert model_q.final_lengths(np.array([99]), np.array([100])).tolist() == [100]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 300), st.integers(0, 300)), max_size=60),
+    st.integers(1, 12),
+)
+def test_length_model_keeps_the_window_sorted(obs: list[tuple[int, int]], window: int) -> None:
+    """The sorted ratios it keeps incrementally are the window's, re-sorted."""
+    model = OutputLengthModel(window=window, min_samples=1)
+    for used, max_tokens in obs:
+        model.observe(used, max_tokens)
+        assert model._sorted.tolist() == sorted(model.ratios)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 300), st.integers(1, 300)), min_size=8, max_size=40),
+    st.lists(st.tuples(st.integers(0, 400), st.integers(1, 300)), max_size=20),
+)
+def test_final_length_scalar_matches_vectorised(
+    obs: list[tuple[int, int]], reqs: list[tuple[int, int]]
+) -> None:
+    model = OutputLengthModel(min_samples=8)
+    for used, max_tokens in obs:
+        model.observe(used, max_tokens)
+    generated = np.array([min(g, m) for g, m in reqs], dtype=np.int64)
+    max_tokens = np.array([m for _, m in reqs], dtype=np.int64)
+    vec = model.final_lengths(generated, max_tokens).tolist()
+    assert [
+        model.final_length(int(g), int(m)) for g, m in zip(generated, max_tokens, strict=True)
+    ] == vec
+
+
+class _Req:
+    """The fields the admission policy reads of a vLLM request."""
+
+    def __init__(self, i: int, prompt: int, computed: int, generated: int, max_tokens: int):
+        self.request_id = str(i)
+        self.num_tokens = prompt + generated
+        self.num_computed_tokens = min(computed, self.num_tokens)
+        self.num_output_tokens = generated
+        self.max_tokens = max_tokens
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 3000), st.integers(0, 3000), st.integers(0, 300)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_candidate_projection_scalar_matches_the_residents(
+    reqs: list[tuple[int, int, int]], learn: bool
+) -> None:
+    """A candidate projected alone, behind the residents' queued prompt tokens, gets
+    the steps it would get as the last of them in one vectorised projection."""
+    from vllm_proxima.scheduling.admission import ProjectedPeakPolicy
+
+    class _Manager:
+        max_model_len = 4096
+
+    policy = ProjectedPeakPolicy(_Manager(), learn=learn, chunk_tokens=512)  # type: ignore[arg-type]
+    for used in range(10, 200, 10):
+        policy.lengths.observe(used, 200)
+    rs = [_Req(i, p, c, min(g, 256), 256) for i, (p, c, g) in enumerate(reqs)]
+    fields = np.array(
+        [(r.num_tokens, r.num_computed_tokens, r.num_output_tokens, r.max_tokens) for r in rs],
+        dtype=np.int64,
+    )
+    everyone = policy._project(*fields.T)
+    policy._project(*fields[:-1].T)  # the residents alone: sets _queued
+    cand = rs[-1]
+    assert policy._project_one(cand, cand.num_computed_tokens, policy._queued) == everyone[-1]

@@ -149,6 +149,27 @@ def test_usage_counts_evictable_cache_as_free() -> None:
     assert m.usage == pytest.approx(0.0)
 
 
+def test_usage_recount_on_a_large_pool_is_time_budgeted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above 1k slots the O(num_slots) evictable recount waits 50x its own duration."""
+    from vllm_proxima.kv import manager as manager_mod
+
+    now = [100.0]
+
+    def monotonic() -> float:
+        now[0] += 0.001  # every reading 1 ms later: a recount "takes" 1 ms
+        return now[0]
+
+    monkeypatch.setattr(manager_mod.time, "monotonic", monotonic)
+    m = ProximaKVCacheManager(num_slots=4097, max_model_len=300, prefix_sharing=True)
+    r = request(list(range(1, 101)))
+    admit(m, r)
+    assert m.usage == pytest.approx(100 / 4096)  # changed: recounted, next one in 50 ms
+    m.free(r)  # all 100 only cached now
+    assert m.usage == pytest.approx(100 / 4096)  # within the budget: the last count stands
+    now[0] += 0.05
+    assert m.usage == pytest.approx(0.0)  # recounted
+
+
 def test_lookup_stats_count_each_admission_once_and_whole() -> None:
     """proxima:prefix_{query,hit}_tokens: every admitted request's lookup (all but its
     last token) counts once, however often it was peeked at while waiting."""
@@ -190,6 +211,7 @@ def test_residency_and_hit_holders_see_shared_prefixes() -> None:
     res = m.residency([a.request_id, b.request_id])
     assert res.held.tolist() == [43, 42] and res.alone.tolist() == [3, 2]
     assert res.shared == 40  # once, not once per holder
+    assert m.residency([a.request_id]).shared == 40  # exact whoever is listed
     c = request(system + [8])
     m.get_computed_blocks(c)
     pinned, sole = m.hit_holders(c, 40)

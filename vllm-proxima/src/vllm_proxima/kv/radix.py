@@ -194,8 +194,11 @@ class RadixCache:
         ids, deps = self._shared()
         return self._num_cached - self._num_pinned(ids, deps)
 
-    def holders(self, slots: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
-        """How many requests hold each of ``slots``: the refcount less the cache's own."""
+    def holders(self, slots: npt.NDArray[np.int32] | None = None) -> npt.NDArray[np.int32]:
+        """How many requests hold each of ``slots`` (default: every slot of the pool):
+        the refcount less the cache's own."""
+        if slots is None:
+            return self.pool.refcount() - (self._nid >= 0)
         return self.pool.refcount(slots) - (self._nid[slots] >= 0)
 
     def match(
