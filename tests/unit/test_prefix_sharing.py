@@ -211,7 +211,6 @@ def test_residency_and_hit_holders_see_shared_prefixes() -> None:
     res = m.residency([a.request_id, b.request_id])
     assert res.held.tolist() == [43, 42] and res.alone.tolist() == [3, 2]
     assert res.shared == 40  # once, not once per holder
-    assert m.residency([a.request_id]).shared == 40  # exact whoever is listed
     c = request(system + [8])
     m.get_computed_blocks(c)
     pinned, sole = m.hit_holders(c, 40)
@@ -227,6 +226,18 @@ def test_residency_and_hit_holders_see_shared_prefixes() -> None:
     # Handles are per residency: readmitted, a request gets a new one.
     admit(m, b)
     assert int(m.residency([b.request_id]).handles[0]) > handle_b
+
+
+@pytest.mark.parametrize("num_slots", [401, 100_001])  # pool pass; gather (few offered)
+def test_residency_paths_agree(num_slots: int) -> None:
+    m = ProximaKVCacheManager(num_slots=num_slots, max_model_len=300, prefix_sharing=True)
+    system = list(range(100, 140))
+    a, b, c = request(system + [1, 2, 3]), request(system + [7, 7]), request(list(range(9, 29)))
+    for r in (a, b, c):
+        admit(m, r)
+    res = m.residency([a.request_id, b.request_id, c.request_id])
+    assert res.held.tolist() == [43, 42, 20] and res.alone.tolist() == [3, 2, 20]
+    assert res.shared == 40
 
 
 def test_residency_without_sharing_is_all_held_slots() -> None:
