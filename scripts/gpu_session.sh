@@ -4,8 +4,8 @@
 # last 600 s; the machine stays held while calls follow each other within its 30 s idle window).
 #   bash scripts/gpu_session.sh start PLAN:BUDGET_S ...   # detach (setsid) and run the plans in order
 #   bash scripts/gpu_session.sh poll SECONDS               # wait until done or SECONDS passed, then copy
-#                                                          # every finished plan's files (and the progress
-#                                                          # so far) to $OUT
+#                                                          # finished plans' files not sent before (RESEND=1:
+#                                                          # all) and the running plan's folder so far to $OUT
 # Plans are scripts/gpu_proof.sh's; after scripts/gpu_device.sh part1 and setup. Each poll returns
 # everything finished so far, so a machine lost between calls loses only the plan then running.
 set -uo pipefail
@@ -41,7 +41,16 @@ case $mode in
     cat $S/progress 2>/dev/null
     running=$(ls -t $S/plan-*.txt 2>/dev/null | head -1)
     [ -n "$running" ] && { echo "--- $running (tail)"; tail -15 "$running" | cut -c1-300; }
-    cp -r $S/out/. "${OUT:-/tmp/out}/" 2>/dev/null
+    # Only files not returned by an earlier poll (name and size): a device call brings back a
+    # handful of files, and re-sending finished plans crowded out the new ones.
+    touch $S/sent
+    for f in $S/out/*; do
+      [ -f "$f" ] || continue
+      key="$(basename "$f") $(stat -c %s "$f")"
+      if [ "${RESEND:-0}" = 1 ] || ! grep -qxF "$key" $S/sent; then
+        cp "$f" "${OUT:-/tmp/out}/" && echo "$key" >> $S/sent
+      fi
+    done
     # the plan still running: its folder so far (results of finished runs inside it)
     for d in /tmp/proof-*; do
       grep -q "done ${d#/tmp/proof-} " $S/progress 2>/dev/null && continue
