@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU proof plans, run on the device machine after scripts/gpu_device.sh setup.
 #   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | f2 | g | serve | serve-sharegpt | smoke | tp2 | ray
-# serve* need the tiny model's tokenizer: carry models/tiny-llama (scripts/tiny_model.py makes it).
+#                                             | kernels | matrix-8b | matrix-7b | matrix-qwen
+# serve* and matrix-* need the tiny model's tokenizer: carry models/tiny-llama (scripts/tiny_model.py makes it).
 # tp2 needs 2 GPUs (the nvidia-h200-x2 kind); ray needs Ray in the bundle (pip install ray).
 # Each engine runs in its own process under a time cap; everything lands in /tmp/proof-PLAN and is
 # packed into $OUT/proof-PLAN.tgz (plus results.jsonl and the log uncompressed) because only a few
@@ -109,6 +110,40 @@ case $PLAN in
       --no-report --out "$W/serve" > "$W/serve_ab.log" 2>&1
     echo "=== serve_ab rc=$?" | tee -a "$LOG"; tail -25 "$W/serve_ab.log" | cut -c1-300
     cp "$W/serve/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
+    ;;
+  kernels)  # issue 13: attention kernels over 1- and 16-token pages, MHA/GQA-8/GQA-4, hd 64/128
+    l=$(left)
+    echo "=== kernels (cap $((l - 10))s)" | tee -a "$LOG"
+    timeout -k 5 $((l - 10)) python3 -m vllm_proxima.bench.kernels --out "$W/kernels.jsonl" \
+      --max-seconds $((l - 30)) > "$W/kernels.log" 2>&1
+    echo "=== kernels rc=$?" | tee -a "$LOG"; grep SUMMARY "$W/kernels.log" | cut -c1-300
+    tail -5 "$W/kernels.log" | cut -c1-300
+    python3 -m vllm_proxima.bench.kernels_report "$W/kernels.jsonl" --out "$W/kernels.md" > /dev/null 2>&1
+    cp "$W/kernels.jsonl" "$W/kernels.md" "$OUTD/" 2>/dev/null
+    ;;
+  matrix-8b|matrix-7b|matrix-qwen)  # the workload matrix (bench.matrix): stock and proxima servers up at
+    # once on the one GPU (0.42 of its memory each), points interleaved, in priority order; a model shape
+    # with dummy weights and the tiny tokenizer; prefix caching at vLLM's default (on)
+    case $PLAN in
+      matrix-8b) shape=llama-3-8b; kvb=$((4 * 1024**3)) ;;
+      matrix-7b) shape=llama-2-7b; kvb=$((8 * 1024**3)) ;;
+      matrix-qwen) shape=qwen2.5-7b; kvb=$((4 * 1024**3)) ;;
+    esac
+    [ -d /tmp/$shape ] || python3 -m vllm_proxima.bench.shape_model --shape $shape \
+      --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+    l=$(left)
+    # --budget-s: BUDGET_S - 30 counted from the plan's start (what is left now, minus 30 s to stop
+    # both servers); the timeout is the hard cap.
+    echo "=== matrix $shape (budget $((l - 30))s, cap $((l - 5))s)" | tee -a "$LOG"
+    timeout -k 10 $((l - 5)) python3 -m vllm_proxima.bench.matrix --model /tmp/$shape \
+      --server-args "--load-format dummy --dtype bfloat16 --max-model-len 4096 \
+                     --gpu-memory-utilization 0.42 --kv-cache-memory-bytes $kvb" \
+      --points parity,mix-burst,mix-c32,longprompt-c32,mix-c64,sysprompt-c64,mix-c128,poisson,mixed-c64,longout-c64,chat-c64,mix-c1,mix-c8,mix-c256 \
+      --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
+      --out "$W/matrix" > "$W/matrix.log" 2>&1
+    echo "=== matrix rc=$?" | tee -a "$LOG"; tail -40 "$W/matrix.log" | cut -c1-300
+    cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
+    cp "$W/matrix/report.md" "$OUTD/$PLAN-report.md" 2>/dev/null
     ;;
   tp2)  # issue 9: Llama-2-13B shape over 2 GPUs, stock vs proxima, same run; 16 GiB KV per rank
     engine proxima-tp2 280 --engine proxima --model vllm-proxima/src/vllm_proxima/bench/models/llama-2-13b \

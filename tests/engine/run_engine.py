@@ -124,6 +124,16 @@ def main(spec_path: str, out_path: str) -> None:
             "requests_holding_slots": len(manager.req_slots),
         }
     else:
+        # Upstream's block pool (stock, or proxima's paged layout): pages, not slots.
+        blocks = manager.block_pool
+        holding = manager.coordinator.single_type_managers[0].req_to_blocks
+        result["pool"] = {
+            "page_size": engine.vllm_config.cache_config.block_size,
+            "num_usable": int(blocks.num_gpu_blocks - 1),
+            "num_free": int(blocks.get_num_free_blocks()),
+            "num_used": int(blocks.num_gpu_blocks - 1 - blocks.get_num_free_blocks()),
+            "requests_holding_slots": sum(1 for b in holding.values() if b),
+        }
         result["usage"] = manager.usage
     with open(out_path, "w") as f:
         json.dump(result, f)

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_proxima.scheduling.admission import OutputLengthModel, projected_peak
 
 
-def brute_force_peak(held: list[int], remaining: list[int]) -> int:
+def brute_force_peak(held: list[int], remaining: list[int], page: int = 1) -> int:
+    def pages(tokens: int) -> int:
+        return -(-tokens // page)
+
     horizon = max(remaining, default=0)
-    best = sum(held)
+    best = sum(pages(c) for c in held)
     for k in range(horizon + 1):
-        best = max(best, sum(c + k for c, r in zip(held, remaining, strict=True) if k <= r))
+        best = max(best, sum(pages(c + k) for c, r in zip(held, remaining, strict=True) if k <= r))
     return best
 
 
@@ -24,6 +28,32 @@ def test_projected_peak_matches_brute_force(reqs: list[tuple[int, int]]) -> None
     remaining = [r for _, r in reqs]
     got = projected_peak(np.array(held, dtype=np.int64), np.array(remaining, dtype=np.int64))
     assert got == brute_force_peak(held, remaining)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 300), st.integers(0, 60)), min_size=0, max_size=25),
+    st.sampled_from([2, 3, 16, 128]),
+)
+def test_projected_peak_in_pages_matches_brute_force(
+    reqs: list[tuple[int, int]], page: int
+) -> None:
+    """Exact in pages: each request holds ceil(tokens / page) pages."""
+    held = [c for c, _ in reqs]
+    remaining = [r for _, r in reqs]
+    got = projected_peak(np.array(held, dtype=np.int64), np.array(remaining, dtype=np.int64), page)
+    assert got == brute_force_peak(held, remaining, page)
+
+
+def test_projected_peak_bounds_huge_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the residue table's size it bounds each partial page by a whole one."""
+    from vllm_proxima.scheduling import admission
+
+    held, remaining = np.array([10, 30, 5]), np.array([7, 2, 40])
+    exact = projected_peak(held, remaining, 16)
+    monkeypatch.setattr(admission, "MAX_RESIDUE_TABLE", 1)
+    bound = projected_peak(held, remaining, 16)
+    assert exact <= bound <= exact + len(held)
 
 
 def test_projected_peak_known_case() -> None:
@@ -120,10 +150,10 @@ def test_candidate_projection_scalar_matches_the_residents(
     the steps it would get as the last of them in one vectorised projection."""
     from vllm_proxima.scheduling.admission import ProjectedPeakPolicy
 
-    class _Manager:
+    class _View:
         max_model_len = 4096
 
-    policy = ProjectedPeakPolicy(_Manager(), learn=learn, chunk_tokens=512)  # type: ignore[arg-type]
+    policy = ProjectedPeakPolicy(_View(), learn=learn, chunk_tokens=512)  # type: ignore[arg-type]
     for used in range(10, 200, 10):
         policy.lengths.observe(used, 200)
     rs = [_Req(i, p, c, min(g, 256), 256) for i, (p, c, g) in enumerate(reqs)]

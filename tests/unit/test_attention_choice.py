@@ -9,12 +9,21 @@ pytest.importorskip("vllm")
 from vllm_proxima import attention  # noqa: E402
 
 
+class _Capability:
+    def __init__(self, major: int) -> None:
+        self.major = major
+
+
 class _Platform:
-    def __init__(self, cuda: bool) -> None:
+    def __init__(self, cuda: bool, major: int = 9) -> None:
         self.cuda = cuda
+        self.major = major
 
     def is_cuda_alike(self) -> bool:
         return self.cuda
+
+    def get_device_capability(self) -> _Capability:
+        return _Capability(self.major)
 
 
 @pytest.fixture()
@@ -53,3 +62,20 @@ def test_flash_backend_takes_one_token_pages() -> None:
     assert B.get_name() == "CUSTOM"
     assert B.supports_block_size(1) and B.supports_block_size(7)
     assert B.get_kv_cache_shape(100, 1, 8, 128) == (100, 8, 1, 256)
+
+
+@pytest.mark.parametrize("major", [8, 10])
+def test_flash_attn_falls_back_to_triton_without_fa3(gpu: pytest.MonkeyPatch, major: int) -> None:
+    """FA2 (Ampere/Ada) refuses 1-token pages, and only FA3 on Hopper was measured:
+    elsewhere the token layout reads pages with Triton, which runs on any GPU."""
+    import vllm.platforms
+
+    gpu.setattr(vllm.platforms, "current_platform", _Platform(cuda=True, major=major))
+    gpu.setenv(attention.ENV, "flash_attn")
+    assert attention.backend_path_for_current_platform() == attention.TRITON_BACKEND
+
+
+def test_start_line_names_the_token_kernel(gpu: pytest.MonkeyPatch) -> None:
+    assert "Triton" in attention.describe_token_backend()
+    gpu.setenv(attention.ENV, "flash_attn")
+    assert "FlashAttention" in attention.describe_token_backend()

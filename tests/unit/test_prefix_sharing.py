@@ -199,21 +199,19 @@ def test_residency_and_hit_holders_see_shared_prefixes() -> None:
     assert res.shared == 0
     handle_a = int(res.handles[0])
     b = request(system + [7, 7])
-    m.get_computed_blocks(b)  # the peek decide() is asked about
-    pinned, sole = m.hit_holders(b, 40)
+    hit_b, n, _ = m.get_computed_blocks(b)
+    assert n == 40
+    pinned, sole = m.hit_holders(hit_b.slots)
     assert pinned == 40  # a holds all of them
     assert sole.tolist() == [handle_a] * 40  # a alone
-    other = request([5, 6, 7])
-    pinned, sole = m.hit_holders(other, 40)  # not the last lookup: nothing known
-    assert pinned == 0 and sole.size == 0
     admit(m, b)
     # Now shared: neither holds the 40 system-prompt slots alone.
     res = m.residency([a.request_id, b.request_id])
     assert res.held.tolist() == [43, 42] and res.alone.tolist() == [3, 2]
     assert res.shared == 40  # once, not once per holder
     c = request(system + [8])
-    m.get_computed_blocks(c)
-    pinned, sole = m.hit_holders(c, 40)
+    hit_c, _, _ = m.get_computed_blocks(c)
+    pinned, sole = m.hit_holders(hit_c.slots)
     assert pinned == 40 and sole.size == 0  # two residents hold them: in S already
     # A finished request's cached slots are nobody's: a hit on them pins new slots.
     handle_b = int(m.residency([b.request_id]).handles[0])
@@ -221,8 +219,8 @@ def test_residency_and_hit_holders_see_shared_prefixes() -> None:
     m.free(b)
     res = m.residency([a.request_id, b.request_id])
     assert res.shared == 0 and res.handles.tolist() == [-1, -1]
-    m.get_computed_blocks(c)
-    assert m.hit_holders(c, 40)[0] == 0
+    hit_c, _, _ = m.get_computed_blocks(c)
+    assert m.hit_holders(hit_c.slots)[0] == 0
     # Handles are per residency: readmitted, a request gets a new one.
     admit(m, b)
     assert int(m.residency([b.request_id]).handles[0]) > handle_b
@@ -253,18 +251,19 @@ def test_admission_counts_a_shared_system_prompt_once(num_slots: int, expect: st
     """a (100-token system prompt + 20) runs; b shares the system prompt. The
     projected peak is S (the 100 shared slots) + the peak of the two 20-token own
     parts growing 50 steps: 100 + 2 * (20 + 50) = 240, not 2 * 170 = 340."""
+    from vllm_proxima.kv.residency import TokenResidency
     from vllm_proxima.scheduling.admission import ProjectedPeakPolicy
 
     m = make_manager(num_slots=num_slots)
-    policy = ProjectedPeakPolicy(m)  # conservative: max_tokens as the final length
+    policy = ProjectedPeakPolicy(TokenResidency(m))  # conservative: max_tokens as final
     system = list(range(200, 300))
     a = request(system + list(range(1, 21)), max_tokens=50)
     admit(m, a)
     b = request(system + list(range(21, 41)), max_tokens=50)
-    _, hit, _ = m.get_computed_blocks(b)
+    blocks, hit, _ = m.get_computed_blocks(b)
     assert hit == 100
     policy.begin_step()
-    decision = policy.decide(b, b.num_tokens - hit, hit, [a])
+    decision = policy.decide(b, b.num_tokens - hit, hit, blocks, [a])
     assert decision == expect
     if expect == "admit":
         assert policy.last_projected_peak == 240

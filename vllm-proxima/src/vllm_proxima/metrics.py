@@ -18,7 +18,12 @@ from vllm.v1.metrics.loggers import StatLoggerBase
 
 # stats key -> (metric name, kind, help)
 METRICS: dict[str, tuple[str, str, str]] = {
-    "slots_total": ("proxima:kv_slots_total", "gauge", "Usable 1-token KV slots."),
+    "page_size": (
+        "proxima:kv_page_size",
+        "gauge",
+        "Tokens per KV page: vLLM's block size in the paged layout, 1 in the token layout.",
+    ),
+    "slots_total": ("proxima:kv_slots_total", "gauge", "Usable KV token slots."),
     "slots_used": ("proxima:kv_slots_used", "gauge", "KV slots held by requests."),
     "slots_free": ("proxima:kv_slots_free", "gauge", "Free KV slots."),
     "slot_utilization": (
@@ -65,10 +70,10 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "counter",
         "Cached slots freed by the eviction policy.",
     ),
-    "projected_peak_slots": (
-        "proxima:projected_peak_slots",
+    "projected_peak_pages": (
+        "proxima:projected_peak_pages",
         "gauge",
-        "Projected peak slot demand of the resident requests.",
+        "Projected peak KV demand of the resident requests, in pages (proxima:kv_page_size).",
     ),
 }
 

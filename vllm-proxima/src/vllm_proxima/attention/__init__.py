@@ -1,8 +1,14 @@
-"""Attention over 1-token pages: Triton (or, experimental, FlashAttention) on GPU, torch on CPU."""
+"""Attention for the token layout (1-token pages): Triton (or FlashAttention) on GPU, torch on CPU.
+
+The paged layout registers nothing here: it runs the backend vLLM picks.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+
+logger = logging.getLogger("vllm.proxima")
 
 TORCH_BACKEND = "vllm_proxima.attention.torch_backend.ProximaTorchAttentionBackend"
 TRITON_BACKEND = "vllm_proxima.attention.triton_backend.ProximaTritonAttentionBackend"
@@ -29,4 +35,35 @@ def backend_path_for_current_platform() -> str:
         raise ValueError(
             f"${ENV}={choice!r}: choose one of {', '.join(sorted(GPU_BACKENDS))} (default triton)"
         )
+    if choice == "flash_attn" and not _has_fa3(current_platform):
+        # FA2 (Ampere, Ada) takes only pages that are multiples of 16; only FA3
+        # (Hopper) was measured over 1-token pages. Triton runs on every GPU.
+        logger.warning(
+            "$%s=flash_attn needs FlashAttention 3 (Hopper) for 1-token pages; "
+            "this GPU gets the Triton kernel instead",
+            ENV,
+        )
+        choice = "triton"
     return GPU_BACKENDS[choice]
+
+
+def _has_fa3(platform: object) -> bool:
+    """Hopper (compute capability 9.x): FlashAttention 3, which takes any page size."""
+    capability = getattr(platform, "get_device_capability", None)
+    if capability is None:
+        return False
+    cap = capability()
+    return cap is not None and getattr(cap, "major", None) == 9
+
+
+def describe_token_backend() -> str:
+    """The token layout's kernel, for the start line."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cuda_alike():
+        return "proxima's torch attention (CPU)"
+    choice = os.environ.get(ENV, "triton").strip().lower() or "triton"
+    kernel = {"triton": "Triton unified_attention", "flash_attn": "FlashAttention"}.get(
+        choice, choice
+    )
+    return f"{kernel} over 1-token pages (${ENV})"

@@ -79,6 +79,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="",
         help="proxima: comma-separated eviction policies (lru,lfu,arc); each run once per policy",
     )
+    p.add_argument(
+        "--kv-layout",
+        choices=["auto", "paged", "token"],
+        default=None,
+        help="proxima: KV layout (default auto; --evict needs and implies token)",
+    )
     p.add_argument("--vocab", type=int, default=32000, help="prompt token ids are drawn below this")
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--tensor-parallel-size", type=int, default=1)
@@ -134,7 +140,13 @@ class Bench:
         if a.engine == "stock-triton":
             kw.update(attention_backend="TRITON_ATTN", block_size=16)
         mode = "on" if a.engine == "proxima" else "off"
-        kw["additional_config"] = {"proxima": {"mode": mode}}
+        options: dict[str, Any] = {"mode": mode}
+        if a.engine == "proxima":
+            layout = a.kv_layout or ("token" if a.evict else "auto")
+            if a.evict and layout != "token":
+                raise SystemExit("--evict compares the token layout's policies: --kv-layout token")
+            options["kv_layout"] = layout
+        kw["additional_config"] = {"proxima": options}
         t0 = time.perf_counter()
         self.engine = LLMEngine.from_engine_args(EngineArgs(**kw))
         info: dict[str, Any] = {"init_s": round(time.perf_counter() - t0, 2)}
@@ -143,8 +155,9 @@ class Bench:
         self.kvm = self.sched.kv_cache_manager
         cfg = self.engine.vllm_config
         self.block_size = cfg.cache_config.block_size
-        self.proxima = hasattr(self.kvm, "pool")
-        if self.proxima:
+        self.proxima = a.engine == "proxima"
+        self.token = hasattr(self.kvm, "pool")  # the token layout's slot pool
+        if self.token:
             self.capacity = int(self.kvm.pool.num_usable)
         else:
             self.capacity = (self.kvm.block_pool.num_gpu_blocks - 1) * self.block_size
@@ -194,14 +207,15 @@ class Bench:
         from vllm_proxima.scheduling.admission import make_admission_policy
 
         config = ProximaConfig(mode="on", admission=name)
-        self.sched.proxima_config = config
         self.sched.admission = make_admission_policy(
-            config, self.kvm, self.sched.scheduler_config.max_num_batched_tokens
+            config,
+            self.sched.residency_view,
+            self.sched.scheduler_config.max_num_batched_tokens,
         )
 
     def evicted(self) -> int | None:
         """Cached slots evicted so far (proxima's prefix cache; None for stock)."""
-        cache = getattr(self.kvm, "cache", None) if self.proxima else None
+        cache = getattr(self.kvm, "cache", None) if self.token else None
         return None if cache is None else int(cache.stats().evicted)
 
     def set_evict(self, policy: str) -> None:
@@ -214,7 +228,7 @@ class Bench:
     def held_and_alloc(self) -> tuple[int, int]:
         running = self.sched.running
         held = sum(r.num_computed_tokens for r in running)
-        if self.proxima:
+        if self.token:
             alloc = sum(self.kvm.num_slots_of(r.request_id) for r in running)
         else:
             mgr = self.kvm.coordinator.single_type_managers[0]
@@ -225,7 +239,7 @@ class Bench:
 
     def mean_runs(self) -> float | None:
         """Contiguous runs per request in the pool right now (1 = one run each)."""
-        if not self.proxima or not self.kvm.req_slots:
+        if not self.token or not self.kvm.req_slots:
             return None
         from vllm_proxima.kv.slot_pool import SlotPool
 
@@ -233,7 +247,7 @@ class Bench:
         return round(sum(runs) / max(1, len(runs)), 2)
 
     def used_slots(self) -> int:
-        if self.proxima:
+        if self.token:
             return int(self.kvm.pool.num_used)
         bp = self.kvm.block_pool
         return (bp.num_gpu_blocks - 1 - bp.get_num_free_blocks()) * self.block_size
@@ -353,7 +367,7 @@ class Bench:
                 self.sched.finish_requests(internal, RequestStatus.FINISHED_STOPPED)
                 self.early_stops += len(internal)
                 engine.abort_request(to_stop)
-            if self.proxima and len(steps) % 50 == 25:
+            if self.token and len(steps) % 50 == 25:
                 r = self.mean_runs()
                 if r is not None:
                     runs_samples.append(r)

@@ -110,12 +110,14 @@ def make_scheduler(
     prefix_caching: bool = False,
 ) -> Any:
     """A scheduler as the engine builds it: stock (``proxima=None``) at block
-    size 16, else proxima's at block size 1, over ``kv_slots`` token slots.
+    size 16, else proxima's (at block size 16 in the paged layout, 1 in
+    ``proxima["kv_layout"] == "token"``), over ``kv_slots`` token slots.
 
     ``parallel``: ``ParallelConfig`` fields (tensor/pipeline/data parallel sizes and
     ranks) for the engine this scheduler would serve; the default is one GPU.
-    ``prefix_caching``: stock's block-hash prefix caching, or proxima's token-level
-    sharing (its eviction policy from ``proxima["evict"]``).
+    ``prefix_caching``: vLLM's block-hash prefix caching (stock and the paged
+    layout), or the token layout's token-level sharing (its eviction policy from
+    ``proxima["evict"]``).
     """
     import torch
     from vllm.config import (
@@ -134,7 +136,8 @@ def make_scheduler(
     )
     from vllm.v1.structured_output import StructuredOutputManager
 
-    block_size = 1 if proxima is not None else 16
+    token = proxima is not None and proxima.get("kv_layout", "paged") == "token"
+    block_size = 1 if token else 16
     num_blocks = kv_slots // block_size
     model_config = ModelConfig(
         model=model, dtype="float32", seed=0, max_model_len=max_model_len, skip_tokenizer_init=True
@@ -151,10 +154,17 @@ def make_scheduler(
     cache_config = CacheConfig(
         block_size=block_size,
         cache_dtype="auto",
-        enable_prefix_caching=prefix_caching and proxima is None,
+        enable_prefix_caching=prefix_caching and not token,
     )
     additional = (
-        {"proxima": {"mode": "on", "prefix_sharing": prefix_caching, **proxima}}
+        {
+            "proxima": {
+                "mode": "on",
+                "prefix_sharing": prefix_caching,
+                **proxima,
+                "kv_layout": "token" if token else "paged",
+            }
+        }
         if proxima is not None
         else {"proxima": {"mode": "off"}}
     )
@@ -352,13 +362,13 @@ def simulate(
         else:
             used = (
                 manager.block_pool.num_gpu_blocks - 1 - manager.block_pool.get_num_free_blocks()
-            ) * 16
+            ) * scheduler.block_size
         peak_used = max(peak_used, used)
         step += 1
     capacity = (
         scheduler.kv_cache_manager.pool.num_usable
         if hasattr(scheduler.kv_cache_manager, "pool")
-        else (scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1) * 16
+        else (scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1) * scheduler.block_size
     )
     return SimResult(
         name=name,
@@ -388,6 +398,8 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
     "proxima-stock": {"admission": "stock"},
     "proxima-conservative": {"admission": "conservative"},
     "proxima-adaptive": {"admission": "adaptive"},
+    "token-conservative": {"admission": "conservative", "kv_layout": "token"},
+    "token-adaptive": {"admission": "adaptive", "kv_layout": "token"},
 }
 
 
@@ -432,7 +444,8 @@ def main(argv: list[str] | None = None) -> None:
         proxima = CONFIGS[name]
         if proxima is not None and args.overcommit is not None:
             proxima = {**proxima, "overcommit": args.overcommit}
-        evicts = args.evict.split(",") if proxima is not None and args.prefix_caching else [None]
+        token = proxima is not None and proxima.get("kv_layout") == "token"
+        evicts = args.evict.split(",") if token and args.prefix_caching else [None]
         for evict in evicts:
             config = proxima if evict is None else {**(proxima or {}), "evict": evict}
             scheduler = make_scheduler(

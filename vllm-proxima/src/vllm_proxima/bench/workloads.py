@@ -1,6 +1,6 @@
 """Seeded serving workloads, written as vLLM ``custom`` JSONL datasets.
 
-Three workloads (lengths are in tokens *as the server counts them*, i.e. the
+Workloads (lengths are in tokens *as the server counts them*, i.e. the
 prompt length includes the special tokens the tokenizer adds, such as BOS):
 
 ``baseline``
@@ -18,6 +18,23 @@ prompt length includes the special tokens the tokenizer adds, such as BOS):
     part of U[20, 200] tokens; outputs ~ U[32, 256]. The prompt is the plain
     concatenation (no chat template), so every request of a group shares the
     system prompt's tokens as an exact prefix (what prefix caching can reuse).
+``long-prompt``
+    prompts ~ U[1500, 3000], outputs ~ U[16, 64] (prefill-heavy).
+``long-output``
+    prompts ~ U[50, 200], outputs ~ U[1000, 2000] (decode-heavy).
+``mixed``
+    one shuffled stream: 90 % ``baseline`` requests (class ``short``) and 10 %
+    ``long-prompt`` requests (class ``long``; exactly ``round(0.1 n)`` of them).
+    Each line's ``kind`` says its class.
+``chat``
+    multi-turn chats of 4 turns. Per conversation a system part of U[200, 400]
+    tokens; turn t's prompt is the system part, then for every earlier turn its
+    user part (U[20, 100]) and a synthetic assistant part as long as that
+    turn's output (U[32, 256]), then the new user part. Requests are ordered by
+    turn (every conversation's turn 1, then every turn 2, ...); ``n`` requests
+    are ``ceil(n / 4)`` conversations cut to ``n``. Each prompt is the previous
+    turn's prompt plus text, so it shares that prompt's tokens as an exact
+    prefix (``prefix_len``; turn 1: the system part). ``kind`` is ``turn-T``.
 
 All outputs are meant to be generated with ``ignore_eos`` so they run to their
 length. ``scale`` multiplies every length parameter (log-normal: the median)
@@ -50,7 +67,15 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-WORKLOAD_NAMES = ("baseline", "sharegpt", "shared-system")
+WORKLOAD_NAMES = (
+    "baseline",
+    "sharegpt",
+    "shared-system",
+    "long-prompt",
+    "long-output",
+    "mixed",
+    "chat",
+)
 
 # The vLLM paper's ShareGPT statistics the log-normal parameters reproduce.
 SHAREGPT_MEAN_PROMPT = 161.31
@@ -77,12 +102,15 @@ class Request:
         group: system-prompt index for the shared-system workload, else None.
         prefix_len: leading prompt tokens shared with the other requests of
             ``group`` (special tokens included); 0 when nothing is shared.
+        kind: the request's class where a workload has several (``mixed``:
+            ``short`` / ``long``; ``chat``: ``turn-T``), else None.
     """
 
     prompt_len: int
     output_len: int
     group: int | None = None
     prefix_len: int = 0
+    kind: str | None = None
 
 
 class Workload(Protocol):
@@ -301,6 +329,124 @@ class SharedSystem:
         }
 
 
+LONG_PROMPT = Baseline(prompt=(1500, 3000), output=(16, 64), name="long-prompt")
+LONG_OUTPUT = Baseline(prompt=(50, 200), output=(1000, 2000), name="long-output")
+
+
+def _tagged(requests: Sequence[Request], kind: str) -> list[Request]:
+    return [dataclasses.replace(r, kind=kind) for r in requests]
+
+
+@dataclass(frozen=True)
+class Mixed:
+    """One shuffled stream of ``short`` and ``long`` requests (see module doc).
+
+    Exactly ``round(long_fraction * n)`` of ``n`` requests are long; the
+    classes are drawn from their own workloads and the order is a seeded
+    permutation.
+    """
+
+    short: Baseline = Baseline()
+    long: Baseline = LONG_PROMPT
+    long_fraction: float = 0.1
+    max_total_len: int | None = None
+    name: str = "mixed"
+
+    def sample(self, n: int, seed: int) -> list[Request]:
+        """Draw ``n`` requests' lengths with a fixed seed."""
+        if not 0.0 <= self.long_fraction <= 1.0:
+            raise WorkloadError(f"long_fraction must be in [0, 1]; got {self.long_fraction}")
+        rng = np.random.default_rng([seed, 4])
+        num_long = round(n * self.long_fraction)
+        long_seed = int(rng.integers(2**31))
+        short = dataclasses.replace(self.short, max_total_len=self.max_total_len)
+        long = dataclasses.replace(self.long, max_total_len=self.max_total_len)
+        requests = _tagged(short.sample(n - num_long, seed), "short")
+        requests += _tagged(long.sample(num_long, long_seed), "long")
+        return [requests[int(i)] for i in rng.permutation(n)]
+
+    def scaled(self, factor: float) -> Mixed:
+        """The same workload with every length parameter times ``factor``."""
+        return dataclasses.replace(
+            self, short=self.short.scaled(factor), long=self.long.scaled(factor)
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The parameters, JSON-serialisable."""
+        return {
+            "name": self.name,
+            "long_fraction": self.long_fraction,
+            "short": self.short.params(),
+            "long": self.long.params(),
+            "max_total_len": self.max_total_len,
+        }
+
+
+@dataclass(frozen=True)
+class Chat:
+    """Multi-turn chats with growing histories (see module doc)."""
+
+    turns: int = 4
+    system: tuple[int, int] = (200, 400)
+    user: tuple[int, int] = (20, 100)
+    output: tuple[int, int] = (32, 256)
+    max_total_len: int | None = None
+    name: str = "chat"
+
+    def conversations(self, n: int) -> int:
+        """How many conversations ``n`` requests need."""
+        if self.turns < 1:
+            raise WorkloadError(f"turns must be >= 1; got {self.turns}")
+        return max(1, math.ceil(n / self.turns))
+
+    def sample(self, n: int, seed: int) -> list[Request]:
+        """Draw ``n`` requests' lengths with a fixed seed (ordered by turn)."""
+        convs = self.conversations(n)
+        rng = np.random.default_rng(seed)
+        systems = _uniform(rng, self.system, convs)
+        users = _uniform(rng, self.user, convs * self.turns).reshape(convs, self.turns)
+        outputs = _uniform(rng, self.output, convs * self.turns).reshape(convs, self.turns)
+        requests = []
+        history = [int(x) for x in systems]  # tokens before each conversation's next user part
+        previous = list(history)  # each conversation's previous prompt (turn 1: the system part)
+        for turn in range(self.turns):
+            for c in range(convs):
+                prompt = history[c] + int(users[c, turn])
+                output = int(outputs[c, turn])
+                requests.append(Request(prompt, output, c, previous[c], f"turn-{turn + 1}"))
+                previous[c] = prompt
+                history[c] = prompt + output
+        requests = requests[:n]
+        longest = max((r.prompt_len + r.output_len for r in requests), default=0)
+        if self.max_total_len is not None and longest > self.max_total_len:
+            raise WorkloadError(
+                f"a chat turn of {longest} tokens (prompt + output) exceeds "
+                f"max_total_len={self.max_total_len}; scale the workload down (--scale) "
+                "or raise --max-model-len"
+            )
+        return requests
+
+    def scaled(self, factor: float) -> Chat:
+        """The same workload with every length parameter times ``factor``."""
+        return dataclasses.replace(
+            self,
+            system=_scale_range(self.system, factor),
+            user=_scale_range(self.user, factor),
+            output=_scale_range(self.output, factor),
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The parameters, JSON-serialisable."""
+        return {
+            "name": self.name,
+            "turns": self.turns,
+            "system": {"dist": "uniform", "min": self.system[0], "max": self.system[1]},
+            "user": {"dist": "uniform", "min": self.user[0], "max": self.user[1]},
+            "output": {"dist": "uniform", "min": self.output[0], "max": self.output[1]},
+            "max_total_len": self.max_total_len,
+        }
+
+
 def make_workload(name: str, scale: float = 1.0, max_total_len: int | None = None) -> Workload:
     """A workload by name, scaled and capped.
 
@@ -321,6 +467,14 @@ def make_workload(name: str, scale: float = 1.0, max_total_len: int | None = Non
         base = ShareGPTLike(max_total_len=max_total_len)
     elif name == "shared-system":
         base = SharedSystem(max_total_len=max_total_len)
+    elif name == "long-prompt":
+        base = dataclasses.replace(LONG_PROMPT, max_total_len=max_total_len)
+    elif name == "long-output":
+        base = dataclasses.replace(LONG_OUTPUT, max_total_len=max_total_len)
+    elif name == "mixed":
+        base = Mixed(max_total_len=max_total_len)
+    elif name == "chat":
+        base = Chat(max_total_len=max_total_len)
     else:
         raise WorkloadError(f"unknown workload {name!r}; choose from {', '.join(WORKLOAD_NAMES)}")
     return base if scale == 1.0 else base.scaled(scale)
@@ -480,13 +634,14 @@ def write_dataset(
     out: str | Path,
     seed: int = 0,
     content_seed: int | None = None,
+    system_seed: int | None = None,
 ) -> WorkloadFile:
     """Sample ``num`` requests and write them as a vLLM ``custom`` JSONL dataset.
 
     Each line is ``{"prompt", "output_tokens", "prompt_len", "group",
-    "prefix_len"}``; vLLM reads ``prompt`` and ``output_tokens`` (run its bench
-    with ``--dataset-name custom --custom-output-len -1 --skip-chat-template
-    --disable-shuffle --ignore-eos``).
+    "prefix_len", "kind"}``; vLLM reads ``prompt`` and ``output_tokens`` (run
+    its bench with ``--dataset-name custom --custom-output-len -1
+    --skip-chat-template --disable-shuffle --ignore-eos``).
 
     Args:
         workload: the length distribution.
@@ -495,6 +650,9 @@ def write_dataset(
         out: the ``.jsonl`` path to write (parent folders are created).
         seed: seed of the lengths (and of shared system prompts).
         content_seed: seed of the prompt words; default ``seed``.
+        system_seed: seed of the shared-system workload's system prompt words;
+            default ``seed`` (fixed across content seeds). Chat system parts
+            come from ``content_seed``.
 
     Raises:
         WorkloadError: bad arguments or no exact prompt text.
@@ -508,27 +666,57 @@ def write_dataset(
     requests = workload.sample(num, seed)
     builder = PromptBuilder(tokenizer)
     rng = np.random.default_rng([content_seed, 2])
-    systems: dict[int, str] = {}
-    if isinstance(workload, SharedSystem):
-        sys_rng = np.random.default_rng([seed, 3])
-        for g, length in enumerate(workload.system_lengths(seed)):
-            systems[g] = builder.text(length, sys_rng)
+    if isinstance(workload, Chat):
+        prompts = _chat_prompts(requests, builder, rng)
+    else:
+        systems: dict[int, str] = {}
+        if isinstance(workload, SharedSystem):
+            sys_rng = np.random.default_rng([seed if system_seed is None else system_seed, 3])
+            for g, length in enumerate(workload.system_lengths(seed)):
+                systems[g] = builder.text(length, sys_rng)
+        prompts = []
+        for req in requests:
+            prefix = systems.get(req.group, "") if req.group is not None else ""
+            prompts.append(prefix + builder.text(req.prompt_len, rng, prefix=prefix))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".jsonl.tmp")
     with tmp.open("w", encoding="utf-8") as f:
-        for req in requests:
-            prefix = systems.get(req.group, "") if req.group is not None else ""
-            prompt = prefix + builder.text(req.prompt_len, rng, prefix=prefix)
+        for req, prompt in zip(requests, prompts, strict=True):
             line = {
                 "prompt": prompt,
                 "output_tokens": req.output_len,
                 "prompt_len": req.prompt_len,
                 "group": req.group,
                 "prefix_len": req.prefix_len,
+                "kind": req.kind,
             }
             f.write(json.dumps(line) + "\n")
     tmp.replace(out)
     return WorkloadFile(out, requests, workload.params(), seed, content_seed)
+
+
+def _chat_prompts(
+    requests: Sequence[Request], builder: PromptBuilder, rng: np.random.Generator
+) -> list[str]:
+    """Prompt text of :class:`Chat` requests (ordered by turn, see ``Chat.sample``).
+
+    A conversation's text grows turn by turn: system part (its first request's
+    ``prefix_len`` tokens), then per turn the user part (the request's prompt
+    ends there) and an assistant part of the request's output length.
+    """
+    history: dict[int, str] = {}  # conversation -> text up to its next user part
+    prompts = []
+    for req in requests:
+        if req.group is None:
+            raise WorkloadError("chat requests need a conversation (group)")
+        text = history.get(req.group)
+        if text is None:
+            text = builder.text(req.prefix_len, rng)
+        prompt = text + builder.text(req.prompt_len, rng, prefix=text)
+        prompts.append(prompt)
+        total = req.prompt_len + req.output_len
+        history[req.group] = prompt + builder.text(total, rng, prefix=prompt)
+    return prompts
 
 
 def read_lengths(path: str | Path) -> list[Request]:
@@ -561,6 +749,7 @@ def read_lengths(path: str | Path) -> list[Request]:
                     int(item["output_tokens"]),
                     None if group is None else int(group),
                     int(item.get("prefix_len") or 0),
+                    item.get("kind"),
                 )
             )
     if not requests:

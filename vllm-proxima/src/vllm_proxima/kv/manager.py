@@ -156,7 +156,6 @@ class ProximaKVCacheManager:
         self.watermark_slots = int(watermark * num_slots)
         self.empty_kv_cache_blocks = SlotBlocks(_EMPTY)
         self.req_slots: dict[str, _RequestSlots] = {}
-        self._peek: tuple[str, NDArray[np.int32]] | None = None  # the last lookup's hit
         self._handles = itertools.count()
         # A residency (handle) holding each cached slot: set when a request caches or
         # hits it; read only for slots exactly one request holds (a stale entry names
@@ -235,17 +234,13 @@ class ProximaKVCacheManager:
         alone[nonempty] += np.add.reduceat(alone_flag, starts, dtype=np.int64)
         return Residency(sizes, alone, handles, shared)
 
-    def hit_holders(self, request: Request, hit: int) -> tuple[int, NDArray[np.int64]]:
-        """Of the ``hit`` cached slots a waiting request would take: how many resident
-        requests already hold (admitting it pins nothing new there), and the handles
-        of the sole holders of those exactly one resident holds (they become shared).
-        ``(0, [])`` when the last lookup was not this request's."""
-        none = np.empty(0, dtype=np.int64)
-        if not hit or self.cache is None or self._peek is None:
-            return 0, none
-        if self._peek[0] != request.request_id:
-            return 0, none
-        slots = self._peek[1][:hit]
+    def hit_holders(self, slots: NDArray[np.int32]) -> tuple[int, NDArray[np.int64]]:
+        """Of the cached ``slots`` a waiting request would take (its prefix-cache hit):
+        how many resident requests already hold (admitting it pins nothing new there),
+        and the residency handles of the sole holders of those exactly one resident
+        holds (they become shared)."""
+        if not slots.size or self.cache is None:
+            return 0, np.empty(0, dtype=np.int64)
         holders = self.cache.holders(slots)
         assert self._owner is not None
         return int(np.count_nonzero(holders)), self._owner[slots[holders == 1]]
@@ -304,9 +299,8 @@ class ProximaKVCacheManager:
             return self.empty_kv_cache_blocks, 0, 0
         tokens = np.asarray(request.all_token_ids[: request.num_tokens - 1], dtype=np.int32)
         # A peek: a waiting request may be looked up every step before it is
-        # admitted; the policy is told once, when allocate_slots takes the hit.
+        # admitted; the cache is told once, when allocate_slots takes the hit.
         slots, hit = self.cache.match(tokens, ns, touch=False)
-        self._peek = (request.request_id, slots) if hit else None
         if self.log_stats and self.prefix_cache_stats is not None:
             self.prefix_cache_stats.record(
                 num_tokens=request.num_tokens,

@@ -11,9 +11,15 @@ still to generate holds ``c_i + k`` slots ``k`` decode steps from now while
 suffix sum: O(n log n) per evaluation, done at most a few times per step and
 only while requests wait.
 
+Pages: the KV cache is read through a
+:class:`~vllm_proxima.kv.residency.ResidencyView` in pages of ``B`` tokens
+(upstream's block size in the paged layout, 1 in the token layout): request ``i``
+then holds ``ceil((c_i + k) / B)`` pages, and the peak is exact in pages (see
+:func:`projected_peak`).
+
 Shared prefixes (prefix caching on): requests sharing a system prompt pin it
-once. So ``c_i`` counts only the slots request ``i`` holds alone (they free when it
-finishes), and every slot two or more hold enters once, as ``S``, assumed held
+once. So ``c_i`` counts only the tokens request ``i`` holds alone (they free when it
+finishes), and every page two or more hold enters once, as ``S``, assumed held
 until the peak. A candidate counts all its tokens but the cached ones residents
 hold already; those one resident held alone move from its ``c_i`` into ``S``.
 A prompt still prefilling finishes later, by the step budget's chunks of the
@@ -37,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -45,7 +51,7 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
     from vllm_proxima.config import ProximaConfig
-    from vllm_proxima.kv.manager import ProximaKVCacheManager
+    from vllm_proxima.kv.residency import ResidencyView
 
 Decision = Literal["admit", "skip", "stop"]
 
@@ -55,29 +61,49 @@ MAX_DEFERRALS = 64
 """Steps a request may be passed over before nothing behind it is admitted."""
 PROTECTED_AFTER_PREEMPTIONS = 2
 """A request preempted this often is chosen as victim only as a last resort."""
+MAX_RESIDUE_TABLE = 1 << 22
+"""Cells of :func:`projected_peak`'s residue table above which it bounds instead."""
 
 
-def projected_peak(held: np.ndarray, remaining: np.ndarray) -> int:
-    """Peak total slots of requests holding ``held`` tokens with ``remaining`` to go.
+def projected_peak(held: np.ndarray, remaining: np.ndarray, page_size: int = 1) -> int:
+    """Peak total pages of requests holding ``held`` tokens with ``remaining`` to go.
 
     Args:
         held: tokens each request holds (or will hold once its prompt is in).
         remaining: decode steps each request still needs (>= 0).
+        page_size: tokens per page ``B``.
 
     Returns:
-        ``max over k of sum_i [k <= r_i] (c_i + k)``, evaluated at the
-        breakpoints ``k = r_j`` (and ``k = 0``).
+        ``max over k of sum_i [k <= r_i] ceil((c_i + k) / B)``, evaluated at the
+        breakpoints ``k = r_j`` (and ``k = 0``). With ``c_i + B - 1 = B q_i + m_i``
+        and ``k = B Q + R``, each term is ``q_i + Q + [m_i >= B - R]``: suffix sums
+        of ``q`` and suffix counts of ``m`` per residue, O(n (log n + B)).
     """
     if held.size == 0:
         return 0
     order = np.argsort(remaining, kind="stable")
     r = remaining[order].astype(np.int64)
     c = held[order].astype(np.int64)
-    # Alive at k = r_j: every i with r_i >= r_j, i.e. the suffix from j.
-    suffix_held = np.cumsum(c[::-1])[::-1]
-    alive = np.arange(r.size, 0, -1, dtype=np.int64)
-    demand = suffix_held + r * alive
-    return int(max(int(demand.max()), int(c.sum())))
+    n = r.size
+    alive = np.arange(n, 0, -1, dtype=np.int64)  # at k = r_j: every i from j on
+    if page_size == 1:
+        demand = np.cumsum(c[::-1])[::-1] + r * alive
+        return int(max(int(demand.max()), int(c.sum())))
+    q, m = np.divmod(c + page_size - 1, page_size)
+    big_q, big_r = np.divmod(r, page_size)
+    if n * (page_size + 1) > MAX_RESIDUE_TABLE:
+        # Huge pages: bound each partial page by a whole one (conservative).
+        demand = np.cumsum(q[::-1])[::-1] + (big_q + (big_r > 0)) * alive
+        return int(max(int(demand.max()), int(q.sum())))
+    # at_least[j, t]: requests i >= j with m_i >= t (t = 0..B; t = B: none).
+    counts = np.zeros((n + 1, page_size + 1), dtype=np.int64)
+    np.add.at(counts, (np.arange(n), m), 1)
+    counts = np.cumsum(counts[::-1], axis=0)[::-1]  # suffix over requests
+    at_least = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1]  # suffix over residues
+    carry = at_least[np.arange(n), page_size - big_r]
+    carry = np.where(big_r > 0, carry, 0)
+    demand = np.cumsum(q[::-1])[::-1] + big_q * alive + carry
+    return int(max(int(demand.max()), int(q.sum())))
 
 
 class OutputLengthModel:
@@ -148,8 +174,8 @@ class AdmissionPolicy:
 
     name = "stock"
 
-    def __init__(self, manager: ProximaKVCacheManager, overcommit: float = 0.0) -> None:
-        self.manager = manager
+    def __init__(self, view: ResidencyView, overcommit: float = 0.0) -> None:
+        self.view = view
         self.overcommit = overcommit
         self.num_preemptions = 0
         self.num_deferred = 0
@@ -165,8 +191,11 @@ class AdmissionPolicy:
         request: Request,
         num_new_tokens: int,
         num_computed_tokens: int,
+        computed_blocks: Any,
         running: list[Request],
     ) -> Decision:
+        """Admit, skip or stop, for a waiting request whose prefix-cache hit is
+        ``computed_blocks`` (not yet referenced), covering ``num_computed_tokens``."""
         return "admit"
 
     def pick_victim(self, running: list[Request], req_index: int) -> int:
@@ -187,7 +216,7 @@ class AdmissionPolicy:
         return {
             "preemptions": self.num_preemptions,
             "admissions_deferred": self.num_deferred,
-            "projected_peak_slots": self.last_projected_peak,
+            "projected_peak_pages": self.last_projected_peak,
         }
 
 
@@ -198,20 +227,19 @@ class ProjectedPeakPolicy(AdmissionPolicy):
 
     def __init__(
         self,
-        manager: ProximaKVCacheManager,
+        view: ResidencyView,
         overcommit: float = 0.0,
         learn: bool = False,
         chunk_tokens: int = 2048,
     ) -> None:
-        super().__init__(manager, overcommit)
+        super().__init__(view, overcommit)
         self.learn = learn
         self.chunk_tokens = max(1, chunk_tokens)  # prompt tokens prefilled per step at most
         if learn:
             self.name = "adaptive"
-        self._held: np.ndarray | None = None
+        self._held: np.ndarray | None = None  # tokens each resident holds alone
         self._remaining: np.ndarray | None = None
-        self._shared = 0  # S: pinned slots that no single resident request holds alone
-        self._index: dict[int, int] = {}  # residency handle -> position in _held
+        self._shared = 0  # S: pinned pages that no single resident request holds alone
         self._queued = 0  # prompt tokens still to prefill, of residents and of admissions
         self._skips = 0
         self._deferrals: dict[str, int] = {}
@@ -227,13 +255,11 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._skips = 0
 
     def _capacity(self) -> int:
-        pool = self.manager.pool
-        usable = pool.num_usable - self.manager.watermark_slots
-        return int(usable * (1.0 + (self.overcommit if self.learn else 0.0)))
+        return int(self.view.capacity() * (1.0 + (self.overcommit if self.learn else 0.0)))
 
     def _resident(self, running: list[Request]) -> None:
         """Project the resident requests once per step (``_held``, ``_remaining``, ``S``)."""
-        res = self.manager.residency([r.request_id for r in running])
+        res = self.view.residents(running)
         fields = np.array(
             [
                 (r.num_tokens, r.num_computed_tokens, r.num_output_tokens, r.max_tokens)
@@ -242,11 +268,9 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             dtype=np.int64,
         ).reshape(len(running), 4)
         total, computed, generated, max_tokens = fields.T
-        # Tokens not given slots yet (a prefill still in chunks) will be its own too.
-        self._held = res.alone + np.maximum(total - res.held, 0)
+        self._held = res.own
         self._remaining = self._project(total, computed, generated, max_tokens)
         self._shared = res.shared
-        self._index = {h: i for i, h in enumerate(res.handles.tolist()) if h >= 0}
 
     def _project(
         self,
@@ -261,7 +285,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         final = self.lengths.final_lengths(generated, max_tokens) if self.learn else max_tokens
         # A request never outgrows the model length.
         remaining = np.minimum(
-            np.maximum(final - generated, 0), np.maximum(self.manager.max_model_len - total, 0)
+            np.maximum(final - generated, 0), np.maximum(self.view.max_model_len - total, 0)
         )
         # A prompt still being prefilled starts decoding (and so finishes) later: one
         # step per chunk of prompt left beyond the chunk that samples its first token,
@@ -279,7 +303,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         max_tokens = request.max_tokens
         final = self.lengths.final_length(generated, max_tokens) if self.learn else max_tokens
         total = request.num_tokens
-        remaining = min(max(final - generated, 0), max(self.manager.max_model_len - total, 0))
+        remaining = min(max(final - generated, 0), max(self.view.max_model_len - total, 0))
         left = max(total - computed, 0)
         if left > 0:
             remaining += max(-(-(ahead + left) // self.chunk_tokens) - 1, 0)
@@ -290,6 +314,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         request: Request,
         num_new_tokens: int,
         num_computed_tokens: int,
+        computed_blocks: Any,
         running: list[Request],
     ) -> Decision:
         if self._failed_gen == self._gen:
@@ -297,27 +322,19 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         if self._held is None:
             self._resident(running)
         assert self._held is not None and self._remaining is not None
-        # Its own: all its tokens but the cached ones residents hold already. Those one
+        # Its own: all its tokens but the cached pages residents hold already. Those one
         # resident held alone become shared: out of that resident's own, into S.
-        pinned, sole = self.manager.hit_holders(request, num_computed_tokens)
-        own = request.num_tokens - pinned
-        moved: list[tuple[int, int]] = []
-        if sole.size:
-            handles, counts = np.unique(sole, return_counts=True)
-            for h, k in zip(handles.tolist(), counts.tolist(), strict=True):
-                i = self._index.get(h)
-                if i is None:  # holder not known (e.g. admitted this step): count twice
-                    own += k
-                else:
-                    moved.append((i, k))
+        hit = self.view.hit(request, computed_blocks, num_computed_tokens)
+        own = self.view.own_tokens(request, hit.pinned)
+        page = self.view.page_size
         cand_rem = self._project_one(request, num_computed_tokens, self._queued)
         held = np.append(self._held, own)
         shared = self._shared
-        for i, k in moved:
-            held[i] -= k
+        for i, k in hit.moves:
+            held[i] -= page * k
             shared += k
         remaining = np.append(self._remaining, cand_rem)
-        peak = shared + projected_peak(held, remaining)
+        peak = shared + projected_peak(held, remaining, page)
         if peak <= self._capacity() or not running:
             self._held, self._remaining, self._shared = held, remaining, shared
             self._queued += max(request.num_tokens - num_computed_tokens, 0)
@@ -361,14 +378,14 @@ class ProjectedPeakPolicy(AdmissionPolicy):
 
 
 def make_admission_policy(
-    config: ProximaConfig, manager: ProximaKVCacheManager, chunk_tokens: int
+    config: ProximaConfig, view: ResidencyView, chunk_tokens: int
 ) -> AdmissionPolicy:
     """The policy named by ``--proxima-admission``; ``chunk_tokens``: the scheduler's
     ``max_num_batched_tokens`` (the most prompt tokens one step prefills)."""
     if config.admission == "stock":
-        return AdmissionPolicy(manager)
+        return AdmissionPolicy(view)
     if config.admission == "conservative":
-        return ProjectedPeakPolicy(manager, chunk_tokens=chunk_tokens)
+        return ProjectedPeakPolicy(view, chunk_tokens=chunk_tokens)
     return ProjectedPeakPolicy(
-        manager, overcommit=config.overcommit, learn=True, chunk_tokens=chunk_tokens
+        view, overcommit=config.overcommit, learn=True, chunk_tokens=chunk_tokens
     )

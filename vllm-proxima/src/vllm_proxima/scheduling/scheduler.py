@@ -1,4 +1,8 @@
-"""The proxima scheduler: upstream's scheduler over the token-granular KV manager.
+"""The proxima scheduler: upstream's scheduler with projected-peak admission.
+
+In the paged layout (the default) the KV cache manager is upstream's own and the
+admission policy reads it through :class:`~vllm_proxima.kv.paged.PagedResidency`;
+in the token layout the manager is proxima's pool of 1-token slots.
 
 vLLM builds the scheduler named by ``--scheduler-cls``; proxima mode names
 :func:`proxima_scheduler`, which returns the synchronous or the asynchronous
@@ -10,6 +14,7 @@ patch series adds to upstream's ``Scheduler``.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Literal
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -17,13 +22,18 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from vllm_proxima.config import ProximaConfig
 from vllm_proxima.kv.manager import ProximaKVCacheManager
+from vllm_proxima.kv.paged import PagedResidency, UnprojectableKVCache, projectable_block_size
+from vllm_proxima.kv.residency import ResidencyView, TokenResidency
 from vllm_proxima.metrics import to_deltas
 from vllm_proxima.scheduling.admission import AdmissionPolicy, make_admission_policy
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
+
+logger = logging.getLogger("vllm.proxima")
 
 
 class ProximaConfigUnsupported(ValueError):
@@ -31,7 +41,7 @@ class ProximaConfigUnsupported(ValueError):
 
 
 def check_kv_cache_config(kv_cache_config: KVCacheConfig, block_size: int) -> None:
-    """Proxima mode runs one full-attention KV cache group of 1-token pages."""
+    """The token layout runs one full-attention KV cache group of 1-token pages."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
     groups = kv_cache_config.kv_cache_groups
@@ -61,33 +71,74 @@ def check_kv_cache_config(kv_cache_config: KVCacheConfig, block_size: int) -> No
 class ProximaSchedulerMixin:
     """Overrides of the scheduler extension points for proxima mode."""
 
-    kv_cache_manager: ProximaKVCacheManager
+    kv_cache_manager: ProximaKVCacheManager | KVCacheManager
     running: list[Request]
     proxima_config: ProximaConfig
     admission: AdmissionPolicy
+    residency_view: ResidencyView | None
 
-    def _make_kv_cache_manager(self, **kwargs: Any) -> ProximaKVCacheManager:  # type: ignore[override]
+    def _make_kv_cache_manager(self, **kwargs: Any) -> ProximaKVCacheManager | KVCacheManager:  # type: ignore[override]
         vllm_config: VllmConfig = self.vllm_config  # type: ignore[attr-defined]
-        self.proxima_config = ProximaConfig.from_vllm_config(vllm_config)
+        self.proxima_config = ProximaConfig.from_vllm_config(vllm_config).resolved()
+        self._stats_calls = 0
+        self._slow_stats: dict[str, float] = {}
+        self._emitted_totals: dict[str, float] = {}
+        manager: ProximaKVCacheManager | KVCacheManager
+        if self.proxima_config.token_layout:
+            manager = self._make_token_manager(vllm_config, kwargs)
+            self.residency_view = TokenResidency(manager)
+        else:
+            manager = super()._make_kv_cache_manager(**kwargs)  # type: ignore[misc]
+            self.residency_view = self._paged_view(manager, kwargs["kv_cache_config"])
+        config = self.proxima_config
+        if self.residency_view is None:
+            config = ProximaConfig(mode="on", admission="stock")
+        self.admission = make_admission_policy(
+            config,
+            self.residency_view,  # type: ignore[arg-type]
+            self.scheduler_config.max_num_batched_tokens,  # type: ignore[attr-defined]
+        )
+        return manager
+
+    def _make_token_manager(
+        self, vllm_config: VllmConfig, kwargs: dict[str, Any]
+    ) -> ProximaKVCacheManager:
         kv_cache_config = kwargs["kv_cache_config"]
         check_kv_cache_config(kv_cache_config, kwargs["scheduler_block_size"])
         _check_model_runner(vllm_config)
-        manager = ProximaKVCacheManager(
+        return ProximaKVCacheManager(
             num_slots=kv_cache_config.num_blocks,
             max_model_len=kwargs["max_model_len"],
             log_stats=kwargs.get("log_stats", False),
             watermark=kwargs.get("watermark", 0.0),
             debug=self.proxima_config.debug_invariants,
             prefix_sharing=bool(self.proxima_config.prefix_sharing),
-            evict=self.proxima_config.evict,
+            evict=self.proxima_config.eviction,
         )
-        self._stats_calls = 0
-        self._slow_stats: dict[str, float] = {}
-        self._emitted_totals: dict[str, float] = {}
-        self.admission = make_admission_policy(
-            self.proxima_config, manager, self.scheduler_config.max_num_batched_tokens
+
+    def _paged_view(
+        self, manager: KVCacheManager, kv_cache_config: KVCacheConfig
+    ) -> PagedResidency | None:
+        """The admission's view of upstream's block pool, or ``None`` (with a warning)
+        where the projection does not model the KV cache: then admission is vLLM's."""
+        try:
+            block_size = projectable_block_size(kv_cache_config)
+        except UnprojectableKVCache as e:
+            logger.warning(
+                "proxima: %s: projected-peak admission does not model it yet, so admission "
+                "is vLLM's own (admit while blocks are free) for this model",
+                e,
+            )
+            return None
+        lookahead = int(getattr(self, "num_lookahead_tokens", 0))
+        view = PagedResidency(manager, block_size, lookahead)
+        logger.info(
+            "proxima: projected-peak admission over vLLM's KV pages: %d pages of %d tokens "
+            "(the attention backend is vLLM's choice for this GPU and model)",
+            view.capacity(),
+            block_size,
         )
-        return manager
+        return view
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self.admission.begin_step()
@@ -102,9 +153,15 @@ class ProximaSchedulerMixin:
         return super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
 
     def _admission_decision(  # type: ignore[override]
-        self, request: Request, num_new_tokens: int, num_computed_tokens: int
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_computed_tokens: int,
+        new_computed_blocks: Any,
     ) -> Literal["admit", "skip", "stop"]:
-        return self.admission.decide(request, num_new_tokens, num_computed_tokens, self.running)
+        return self.admission.decide(
+            request, num_new_tokens, num_computed_tokens, new_computed_blocks, self.running
+        )
 
     def _pop_preemption_victim(self, req_index: int) -> Request:  # type: ignore[override]
         victim_index = self.admission.pick_victim(self.running, req_index)
@@ -114,6 +171,27 @@ class ProximaSchedulerMixin:
 
     def _make_plugin_stats(self) -> dict[str, Any] | None:  # type: ignore[override]
         manager = self.kv_cache_manager
+        if isinstance(manager, ProximaKVCacheManager):
+            stats = self._token_stats(manager)
+        else:
+            stats = self._paged_stats()
+        stats.update(self.admission.stats())
+        return {"proxima": to_deltas(stats, self._emitted_totals)}
+
+    def _paged_stats(self) -> dict[str, float]:
+        view = self.residency_view
+        if not isinstance(view, PagedResidency):
+            return {}
+        total = view.pool.num_gpu_blocks - 1
+        held = view.held_pages()
+        return {
+            "page_size": view.page_size,
+            "slots_total": total * view.page_size,
+            "slots_used": held * view.page_size,
+            "slots_free": (total - held) * view.page_size,
+        }
+
+    def _token_stats(self, manager: ProximaKVCacheManager) -> dict[str, float]:
         pool = manager.pool
         # O(requests) and O(num_slots) figures every 16th step (~30 us and ~0.5 ms a
         # call at 16k slots); counters among them are emitted as deltas, so none is lost.
@@ -122,14 +200,13 @@ class ProximaSchedulerMixin:
             if manager.cache is not None:
                 self._slow_stats.update(manager.cache_stats())
         self._stats_calls += 1
-        stats = {
+        return {
+            "page_size": 1,
             "slots_total": pool.num_usable,
             "slots_used": pool.num_used,
             "slots_free": pool.num_free,
             **self._slow_stats,
         }
-        stats.update(self.admission.stats())
-        return {"proxima": to_deltas(stats, self._emitted_totals)}
 
 
 def _check_model_runner(vllm_config: VllmConfig) -> None:
