@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU proof plans, run on the device machine after scripts/gpu_device.sh setup.
 #   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | f2 | g | serve | serve-sharegpt | smoke | tp2 | ray
-#                                             | kernels | matrix-8b | matrix-7b | matrix-qwen
+#                                             | kernels | matrix-8b | matrix-7b | matrix-qwen | attrib-8b
 # serve* and matrix-* need the tiny model's tokenizer: carry models/tiny-llama (scripts/tiny_model.py makes it).
 # tp2 needs 2 GPUs (the nvidia-h200-x2 kind); ray needs Ray in the bundle (pip install ray).
 # Each engine runs in its own process under a time cap; everything lands in /tmp/proof-PLAN and is
@@ -144,6 +144,24 @@ case $PLAN in
     echo "=== matrix rc=$?" | tee -a "$LOG"; tail -40 "$W/matrix.log" | cut -c1-300
     cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
     cp "$W/matrix/report.md" "$OUTD/$PLAN-report.md" 2>/dev/null
+    ;;
+  attrib-8b)  # issue 13 attribution: four servers on the Llama-3-8B shape, points repeated twice:
+    # stock; proxima (defaults); admit-stock (proxima's hooks, upstream's admission: the hooks' cost);
+    # peak (projection over the whole future, --proxima-horizon 0: the horizon's effect)
+    shape=llama-3-8b
+    [ -d /tmp/$shape ] || python3 -m vllm_proxima.bench.shape_model --shape $shape \
+      --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+    l=$(left)
+    echo "=== attribution matrix $shape (budget $((l - 30))s)" | tee -a "$LOG"
+    timeout -k 10 $((l - 5)) python3 -m vllm_proxima.bench.matrix --model /tmp/$shape \
+      --server-args "--load-format dummy --dtype bfloat16 --max-model-len 4096 \
+                     --gpu-memory-utilization 0.22 --kv-cache-memory-bytes $((4 * 1024**3))" \
+      --mode admit-stock='--proxima-admission stock' --mode peak='--proxima-horizon 0' \
+      --points mix-burst,longout-c64,mix-c128,mix-c64 --repeats 2 \
+      --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
+      --out "$W/matrix" > "$W/matrix.log" 2>&1
+    echo "=== matrix rc=$?" | tee -a "$LOG"; grep -E "ratio|ready in|skip" "$W/matrix.log" | cut -c1-260
+    cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
     ;;
   tp2)  # issue 9: Llama-2-13B shape over 2 GPUs, stock vs proxima, same run; 16 GiB KV per rank
     engine proxima-tp2 280 --engine proxima --model vllm-proxima/src/vllm_proxima/bench/models/llama-2-13b \

@@ -30,7 +30,7 @@ def shared_system_prompts(seed: int = 5) -> list[dict]:
 def test_shared_system_prompts_same_tokens_more_sharing() -> None:
     load = shared_system_prompts()
     stock = run_engine(mode(BASE, "off"), load)
-    prox = run_engine(mode(BASE, "on", debug_invariants=True), load)
+    prox = run_engine(mode(BASE, "on", debug_invariants=True, kv_layout="token"), load)
     assert tokens(prox) == tokens(stock)
     assert prox["prefix_cache"] is not None and prox["prefix_cache"]["hits"] > 0
     # Exact sharing: every request after the first of its system prompt reuses at
@@ -55,7 +55,9 @@ def test_multi_turn_chat_reuses_history() -> None:
         suffix = rng.integers(7, VOCAB, size=int(rng.integers(5, 15))).tolist()
         followups.append({"parent": f"f{conv}", "suffix": suffix, "max_tokens": 8})
     stock = run_engine(mode(BASE, "off"), first, followups=followups)
-    prox = run_engine(mode(BASE, "on", debug_invariants=True), first, followups=followups)
+    prox = run_engine(
+        mode(BASE, "on", debug_invariants=True, kv_layout="token"), first, followups=followups
+    )
     assert len(prox["outputs"]) == 18
     assert tokens(prox) == tokens(stock)
     # Turn 2 and 3 find the whole history but the last token.
@@ -70,7 +72,9 @@ def test_aborts_mid_prefill_with_sharing_leak_nothing() -> None:
     small_steps = engine_kwargs(max_num_batched_tokens=64)
     stock = run_engine(mode(small_steps, "off"), load)
     prox = run_engine(
-        mode(small_steps, "on", debug_invariants=True), load, abort_after_steps=aborts
+        mode(small_steps, "on", debug_invariants=True, kv_layout="token"),
+        load,
+        abort_after_steps=aborts,
     )
     expected = tokens(stock)
     for rid, out in prox["outputs"].items():

@@ -36,7 +36,7 @@ LAYOUTS: dict[str, dict[str, Any]] = {
 
 
 def trace(parallel: dict[str, Any] | None) -> tuple[list[Any], dict[str, Any]]:
-    """Every step's decisions: tokens per request, slot ids handed out, finished ids."""
+    """Every step's decisions: tokens per request, page ids handed out, finished ids."""
     steps: list[Any] = []
 
     def record(out: Any) -> None:
@@ -77,7 +77,8 @@ def test_single_gpu_trace_is_substantial(single: tuple[list[Any], dict[str, Any]
     handed_out = {
         slot for step in steps for _, groups in step[1] for group in groups for slot in group
     }
-    assert len(handed_out) > 900
+    # The paged layout (the default) hands out vLLM's 16-token pages: 63 usable here.
+    assert len(handed_out) > 0.9 * result["capacity_slots"] / 16
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

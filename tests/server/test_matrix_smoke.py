@@ -1,14 +1,16 @@
-"""CPU smoke of the serving matrix: tiny model, stock and proxima servers up at once.
+"""CPU smoke of the serving matrix: tiny model, three servers up at once.
 
 Runs ``python -m vllm_proxima.bench.matrix`` with serve_ab's CPU server
-arguments, ``--scale 0.1`` and the points mix-c8, mix-burst, mixed-c64,
-chat-c64 and parity, one repeat: ~100 s on a 2-core machine (two concurrent
-server starts of ~80 s, ~15 s of load), then checks what it wrote: every
-request completed on both modes with token-exact prompts, the order alternated,
-the parity point is (nearly) identical (the same CPU kernels run in both
-modes), per-class latencies of the mixed stream, the report, and that no
-process is left running. A second test interrupts a run while both servers
-start and checks the clean-up.
+arguments, a third mode ``--mode admit-stock='--proxima-admission stock'``,
+``--scale 0.1`` and the points mix-c8, mix-burst, mixed-c64, chat-c64 and
+parity, one repeat: ~115-140 s on a 2-core machine (three concurrent server
+starts of ~90-115 s, ~16 s of load; with two modes it took ~75 s), then
+checks what it wrote: every request completed on every mode with token-exact
+prompts, the order rotated, the ratios of both proxima modes, the
+``proxima:*_total`` counter deltas, the parity point is (nearly) identical
+(the same CPU kernels run in every mode), per-class latencies of the mixed
+stream, the report, and that no process is left running. A second test
+interrupts a two-mode run while both servers start and checks the clean-up.
 
 Needs the patched vLLM and vllm_proxima importable in a subprocess (the dev
 overlay on ``PYTHONPATH`` or the installed wheel) and ``models/tiny-llama``.
@@ -32,6 +34,8 @@ pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "models" / "tiny-llama"
 POINTS = ("mix-c8", "mix-burst", "mixed-c64", "chat-c64", "parity")
+MODES = ("stock", "proxima", "admit-stock")
+EXTRA_MODE = "admit-stock=--proxima-admission stock"
 SERVER_ARGS = (
     "--enforce-eager --dtype float32 --max-model-len 1024 --kv-cache-memory-bytes 16777216"
 )
@@ -81,6 +85,8 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         str(MODEL),
         "--server-args",
         SERVER_ARGS,
+        "--mode",
+        EXTRA_MODE,
         "--env",
         "TORCH_COMPILE_DISABLE=1",
         "--scale",
@@ -116,8 +122,7 @@ def test_outputs_and_servers(smoke: dict[str, Any]) -> None:
         "raw.json",
         "report.md",
         "command.txt",
-        "server-stock.log",
-        "server-proxima.log",
+        *(f"server-{m}.log" for m in MODES),
         "bench.log",
     ):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
@@ -127,24 +132,29 @@ def test_outputs_and_servers(smoke: dict[str, Any]) -> None:
     assert raw["status"] == "done" and raw["skipped"] == []
     assert raw["machine"]["cpu_count"] and raw["git"]["commit"]
     assert raw["start"]["method"] in ("concurrent", "sequential")
-    for mode, want in (("stock", "off"), ("proxima", "on")):
+    assert raw["config"]["modes"] == list(MODES)
+    for mode, want in (("stock", "off"), ("proxima", "on"), ("admit-stock", "on")):
         server = raw["servers"][mode]
         assert server["log_facts"]["mode"] == want  # the server says so
         assert server["startup_s"] > 0 and server["started_at"]
         assert server["exit_code"] is not None
         assert server["warmup"]["failed"] == 0
     assert "--proxima" not in raw["servers"]["proxima"]["command"]
+    assert "--proxima" not in raw["servers"]["admit-stock"]["command"]
+    assert raw["servers"]["admit-stock"]["command"][-2:] == ["--proxima-admission", "stock"]
     assert raw["servers"]["stock"]["command"][-9:-7] == ["--proxima", "off"]
 
 
-def test_every_request_completed_on_both_modes(smoke: dict[str, Any]) -> None:
+def test_every_request_completed_on_every_mode(smoke: dict[str, Any]) -> None:
     raw = smoke["raw"]
     assert [e["point"] for e in raw["runs"]] == list(POINTS)
     for i, entry in enumerate(raw["runs"]):
-        # stock first on even points, proxima first on odd ones
-        assert entry["order"] == (["stock", "proxima"] if i % 2 == 0 else ["proxima", "stock"])
-        assert set(entry["modes"]) == {"stock", "proxima"}
-        assert entry["ratio"] is not None and entry["ratio"] > 0
+        # point i starts with mode i mod 3, in the listed order
+        assert entry["order"] == [*MODES[i % 3 :], *MODES[: i % 3]]
+        assert set(entry["modes"]) == set(MODES)
+        assert set(entry["ratios"]) == {"proxima", "admit-stock"}
+        assert all(r is not None and r > 0 for r in entry["ratios"].values())
+        assert entry["ratio"] == entry["ratios"]["proxima"]
         for mode, run in entry["modes"].items():
             tag = f"{entry['point']} {mode}"
             assert run["error"] is None, tag
@@ -161,9 +171,19 @@ def test_every_request_completed_on_both_modes(smoke: dict[str, Any]) -> None:
             counters = run["counters"]
             assert counters["preemptions"] == 0, tag
             assert counters["prefix_cache_queries"] >= counters["prefix_cache_hits"] >= 0
+            # proxima:*_total deltas: none from stock (proxima off), what the
+            # scheduler exports from the others
+            proxima = counters["proxima"]
+            assert all(k.startswith("proxima:") and k.endswith("_total") for k in proxima)
+            assert "proxima:kv_slots_total" not in proxima, tag  # a gauge, left out
+            assert all(v >= 0 for v in proxima.values()), tag
+            if mode == "stock":
+                assert proxima == {}, tag
+            elif "proxima:steps_total" in proxima:
+                assert proxima["proxima:steps_total"] > 0, tag
     burst = _entry(raw, "mix-burst")
     assert burst["spec"]["max_concurrency"] is None and burst["spec"]["num_requests"] == 100
-    for mode in ("stock", "proxima"):  # both modes got the same file
+    for mode in MODES:  # every mode got the same file
         assert burst["modes"][mode]["bench_argv"].count(burst["workload"]["file"]) == 1
 
 
@@ -185,12 +205,13 @@ def test_mixed_classes_and_chat_turns(smoke: dict[str, Any]) -> None:
 
 def test_parity_identical_on_cpu(smoke: dict[str, Any]) -> None:
     entry = _entry(smoke["raw"], "parity")
-    parity = entry["parity"]
-    assert parity["failed"] == 0 and parity["compared"] == parity["requests"] == 26
-    # the same CPU kernels run in both modes: expect all identical, allow a little
-    assert parity["identical"] >= 0.9 * parity["requests"], parity
-    assert parity["token_agreement"] >= 0.9
-    assert parity["divergences"] == parity["requests"] - parity["identical"]
+    assert set(entry["parity_vs_stock"]) == {"admit-stock"}
+    for parity in (entry["parity"], entry["parity_vs_stock"]["admit-stock"]):
+        assert parity["failed"] == 0 and parity["compared"] == parity["requests"] == 26
+        # the same CPU kernels run in every mode: expect all identical, allow a little
+        assert parity["identical"] >= 0.9 * parity["requests"], parity
+        assert parity["token_agreement"] >= 0.9
+        assert parity["divergences"] == parity["requests"] - parity["identical"]
     detail = json.loads(Path(entry["modes"]["stock"]["detail_file"]).read_text())
     first = detail["requests"][0]
     assert len(first["tokens"]) == 13 and len(first["top"]) == 13
@@ -201,18 +222,27 @@ def test_report_lists_every_point(smoke: dict[str, Any]) -> None:
     text = (smoke["out"] / "report.md").read_text()
     for point in POINTS:
         assert f"| {point} |" in text, point
-    assert "### mixed-c64: per class" in text and "| long |" in text
-    assert "### Greedy parity" in text and "requests identical" in text
+    assert "| admit-stock tok/s |" in text and "| admit-stock / stock |" in text
+    assert "### mixed-c64: per class (stock / proxima / admit-stock)" in text
+    assert "| long |" in text
+    assert "### Greedy parity" in text and "admit-stock vs stock: **" in text
     assert "matrix-ratio.png" in text
+    steps = [
+        e["modes"][m]["counters"]["proxima"].get("proxima:steps_total")
+        for e in smoke["raw"]["runs"]
+        for m in MODES[1:]
+    ]
+    if any(steps):  # the scheduler exports its step counters
+        assert "### Scheduler CPU per step (ms)" in text
 
 
 def test_nothing_left_running(smoke: dict[str, Any]) -> None:
     from vllm_proxima.bench.server import group_alive
 
     raw = smoke["raw"]
-    pids = [raw["servers"][m]["pid"] for m in ("stock", "proxima")]
+    pids = [raw["servers"][m]["pid"] for m in MODES]
     pids += raw["bench_runner_pids"]
-    assert len(pids) >= 3
+    assert len(pids) >= 4
     for pid in pids:
         assert not group_alive(pid), f"process group {pid} still running"
 

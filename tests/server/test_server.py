@@ -182,7 +182,10 @@ def test_metrics_has_vllm_and_proxima_series(proxima_server: Server) -> None:
     assert "vllm:kv_cache_usage_perc" in text
     assert "proxima:kv_slots_total" in text
     total = [line for line in text.splitlines() if line.startswith("proxima:kv_slots_total{")]
-    assert total and float(total[0].rsplit(" ", 1)[1]) == (16 << 20) // 1024 - 1
+    # The paged layout: vLLM's CPU blocks of 128 tokens, less the null block.
+    pages = [line for line in text.splitlines() if line.startswith("proxima:kv_page_size{")]
+    assert pages and float(pages[0].rsplit(" ", 1)[1]) == 128
+    assert total and float(total[0].rsplit(" ", 1)[1]) == (16 << 20) // 1024 - 128
 
 
 def test_vllm_cli_serve_with_proxima_off(tmp_path: Path) -> None:
@@ -208,8 +211,16 @@ def test_vllm_cli_serve_with_proxima_off(tmp_path: Path) -> None:
         (["--proxima-overcommit", "lots"], "argument --proxima-overcommit: invalid float value"),
         (["--proxima-overcommit", "0.9"], "--proxima-overcommit must be a number in [0.0, 0.5]"),
         (["--proxima-frobnicate", "1"], "unrecognized arguments: --proxima-frobnicate"),
-        (["--block-size", "16"], "--block-size 16 conflicts with proxima mode"),
-        (["--enable-expert-parallel"], "proxima mode does not support yet: expert parallelism"),
+        (["--proxima-kv-layout", "tiles"], "argument --proxima-kv-layout: invalid choice"),
+        (
+            ["--proxima-kv-layout", "token", "--block-size", "16"],
+            "--block-size 16 conflicts with --proxima-kv-layout token",
+        ),
+        (
+            ["--proxima-kv-layout", "paged", "--proxima-evict", "arc"],
+            "--proxima-evict arc needs --proxima-kv-layout token",
+        ),
+        (["--decode-context-parallel-size", "2"], "does not support yet: context parallelism"),
     ],
 )
 def test_bad_flags_fail_at_start_with_a_clear_message(flags: list[str], message: str) -> None:

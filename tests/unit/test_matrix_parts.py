@@ -569,3 +569,410 @@ def test_failed_concurrent_start_retries_one_by_one(
     mx.start_servers(state, lambda: None)
     assert len(made) == 1 and state.raw["start"]["method"] == "sequential"
     assert "concurrent_error" not in state.raw["start"]
+
+
+# --------------------------------------------------------------------------
+# more modes: --mode NAME=ARGS
+# --------------------------------------------------------------------------
+
+ADMIT = "--proxima-admission stock"
+
+
+def test_parse_modes_and_server_args(model: Path) -> None:
+    assert mx.parse_modes([f"admit-stock={ADMIT}", "aa2=", "B-1= --foo 'a b'"]) == {
+        "admit-stock": ["--proxima-admission", "stock"],
+        "aa2": [],
+        "B-1": ["--foo", "a b"],
+    }
+    cfg = mx.resolve(
+        [
+            "--model",
+            str(model),
+            "--server-args",
+            "--dtype bfloat16",
+            "--mode",
+            f"admit-stock={ADMIT}",
+            "--mode-args",
+            "proxima=--proxima-admission conservative",
+            "--mode",
+            "aa=",
+        ]
+    )
+    assert cfg.modes == ["stock", "proxima", "admit-stock", "aa"]
+    assert cfg.server_argv("admit-stock") == ["--dtype", "bfloat16", *ADMIT.split()]
+    assert cfg.server_argv("aa") == ["--dtype", "bfloat16"]  # an A/A control
+    assert cfg.server_argv("proxima")[-1] == "conservative"
+    assert cfg.server_argv("stock")[:2] == ["--proxima", "off"]
+    record = cfg.to_dict()
+    assert record["modes"] == cfg.modes and set(record["server_argv"]) == set(cfg.modes)
+    assert mx.resolve(["--model", str(model)]).modes == ["stock", "proxima"]
+    # --max-model-len of an extra mode caps the workloads too
+    cfg = mx.resolve(["--model", str(model), "--mode", "short=--max-model-len 512"])
+    assert cfg.max_total_len == 512
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("stock=--foo", "built-in mode; use --mode-args stock=ARGS"),
+        ("proxima=", "built-in mode"),
+        ("admit stock=--foo", "NAME of letters, digits and '-'"),
+        ("admit_stock=--foo", "NAME of letters, digits and '-'"),
+        ("=--foo", "expected NAME=ARGS"),
+        ("noequals", "expected NAME=ARGS"),
+        ("x=--proxima on", "--proxima is set by the matrix"),
+        ("x=--port=1", "--port is set by the matrix"),
+        ("x='unclosed", "x='unclosed"),
+    ],
+)
+def test_bad_modes(model: Path, item: str, message: str) -> None:
+    with pytest.raises(mx.MatrixError, match=message):
+        mx.resolve(["--model", str(model), "--mode", item])
+
+
+def test_mode_given_twice(model: Path) -> None:
+    with pytest.raises(mx.MatrixError, match="--mode a given twice"):
+        mx.resolve(["--model", str(model), "--mode", "a=", "--mode", "a=--foo"])
+
+
+def test_run_order_rotates() -> None:
+    three = ["stock", "proxima", "admit-stock"]
+    orders = [mx.run_order(three, i) for i in range(6)]
+    assert orders[:3] == [
+        ["stock", "proxima", "admit-stock"],
+        ["proxima", "admit-stock", "stock"],
+        ["admit-stock", "stock", "proxima"],
+    ]
+    assert orders[3:] == orders[:3]
+    # every mode takes every position equally often over M consecutive points
+    for position in range(3):
+        assert sorted(o[position] for o in orders[1:4]) == sorted(three)
+    assert mx.run_order(three, 0, repeat=1) == orders[1]  # shifted again per repeat
+    # two modes: the old alternation (stock first when index + repeat is even)
+    two = list(mx.MODES)
+    for index in range(4):
+        for repeat in range(2):
+            want = two if (index + repeat) % 2 == 0 else two[::-1]
+            assert mx.run_order(two, index, repeat) == want
+
+
+def _three_mode_cfg(model: Path) -> mx.Config:
+    return mx.resolve(
+        [
+            "--model",
+            str(model),
+            "--mode",
+            f"admit-stock={ADMIT}",
+            "--out",
+            str(model.parent / "out3"),
+        ]
+    )
+
+
+def test_run_point_three_modes(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = _three_mode_cfg(model)
+    by_name = {p.name: p for p in mx.POINTS}
+    budget = mx.Budget(200.0, 30.0, cfg.modes)
+    state = _state(cfg, budget)
+    state.servers = {m: cast(Any, SimpleNamespace(base_url="http://x")) for m in cfg.modes}
+    calls: list[tuple[str, str]] = []
+    tputs = {"stock": 100.0, "proxima": 125.0, "admit-stock": 90.0}
+
+    def fake_run_mode(
+        st: mx.RunState, spec: mx.PointSpec, repeat: int, mode: str, rate: Any
+    ) -> dict[str, Any]:
+        calls.append((spec.name, mode))
+        budget.t0 -= 30.0  # each run "takes" 30 s
+        metrics = {"output_throughput": tputs[mode], "request_throughput": 2.0}
+        return {"wall_s": 30.0, "metrics": metrics, "counters": {"preemptions": 0}}
+
+    monkeypatch.setattr(mx, "_run_mode", fake_run_mode)
+    monkeypatch.setattr(mx, "_wait_idle", lambda url: None)
+    monkeypatch.setattr(mx, "_check_alive", lambda servers: None)
+
+    # 200 s left, no estimate yet: the default 30 s fits; index 1 starts with mode 1
+    mx.run_point(state, by_name["mix-burst"], 0, 1)
+    assert calls == [("mix-burst", m) for m in ("proxima", "admit-stock", "stock")]
+    entry = state.raw["runs"][-1]
+    assert entry["order"] == ["proxima", "admit-stock", "stock"]
+    assert entry["ratios"] == {"proxima": pytest.approx(1.25), "admit-stock": pytest.approx(0.9)}
+    assert entry["ratio"] == pytest.approx(1.25)  # proxima's, as before
+    # 110 s left: index 2 starts with admit-stock
+    calls.clear()
+    mx.run_point(state, by_name["mix-c8"], 0, 2)
+    assert [m for _p, m in calls] == ["admit-stock", "stock", "proxima"]
+    assert budget.point_estimate("mix-c8") == 90.0
+    # 95 s left: poisson (0.9 x stock's mix-burst 2 req/s), index 3 starts
+    # with mode 0 again; each later mode fits the previous mode's 30 s
+    calls.clear()
+    budget.t0 += 75.0
+    mx.run_point(state, by_name["poisson"], 0, 3)
+    assert [m for _p, m in calls] == ["stock", "proxima", "admit-stock"]
+    assert state.raw["runs"][-1]["request_rate"] == pytest.approx(1.8)
+    # 65 s left, mix-c32 estimated at the default (20 s): two modes run, then
+    # the third's estimate (the previous mode's 30 s) does not fit the 5 s left
+    calls.clear()
+    budget.t0 += 60.0
+    budget.default_s = 20.0
+    mx.run_point(state, by_name["mix-c32"], 0, 4)
+    assert [m for _p, m in calls] == ["proxima", "admit-stock"]
+    assert list(state.raw["runs"][-1]["modes"]) == ["proxima", "admit-stock"]
+    assert state.raw["runs"][-1]["ratios"] == {"proxima": None, "admit-stock": None}
+    skipped = state.raw["skipped"][-1]
+    assert skipped["mode"] == "stock" and skipped["reason"] == "budget: 5s left, estimated 30s"
+
+
+def test_run_point_skips_every_later_mode(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = _three_mode_cfg(model)
+    budget = mx.Budget(40.0, 30.0, cfg.modes)
+    state = _state(cfg, budget)
+    state.servers = {m: cast(Any, SimpleNamespace(base_url="http://x")) for m in cfg.modes}
+
+    def fake_run_mode(st: Any, spec: Any, repeat: int, mode: str, rate: Any) -> dict[str, Any]:
+        budget.t0 -= 30.0
+        return {"wall_s": 30.0, "metrics": {"output_throughput": 1.0}}
+
+    monkeypatch.setattr(mx, "_run_mode", fake_run_mode)
+    monkeypatch.setattr(mx, "_wait_idle", lambda url: None)
+    monkeypatch.setattr(mx, "_check_alive", lambda servers: None)
+    mx.run_point(state, {p.name: p for p in mx.POINTS}["mix-c8"], 0, 0)
+    assert list(state.raw["runs"][-1]["modes"]) == ["stock"]
+    assert [(s["mode"], s["point"]) for s in state.raw["skipped"]] == [
+        ("proxima", "mix-c8"),
+        ("admit-stock", "mix-c8"),
+    ]
+
+
+def test_parity_compared_for_every_mode(model: Path, tmp_path: Path) -> None:
+    cfg = _three_mode_cfg(model)
+    state = _state(cfg, mx.Budget(None, 1.0, cfg.modes))
+    outputs = {
+        "stock": [_out([1, 2], [1, 1]), _out([3, 4], [1, 1])],
+        "proxima": [_out([1, 2], [1, 1]), _out([3, 4], [1, 1])],
+        "admit-stock": [_out([1, 2], [1, 1]), _out([3, 5], [1, 1])],
+    }
+    modes = {}
+    for mode, requests in outputs.items():
+        path = tmp_path / f"parity-{mode}.json"
+        path.write_text(json.dumps({"requests": requests}))
+        modes[mode] = {"detail_file": str(path), "metrics": {"output_throughput": 10.0}}
+    entry = {"point": "parity", "repeat": 0, "order": cfg.modes, "modes": modes}
+    mx._finish_entry(state, entry)
+    assert entry["parity"]["identical"] == 2
+    assert entry["parity_vs_stock"]["admit-stock"]["identical"] == 1
+    assert entry["ratios"] == {"proxima": 1.0, "admit-stock": 1.0}
+
+
+def test_proxima_counter_deltas() -> None:
+    series = mx.ms.TimeSeries()
+    series.add(0.0, {"vllm:num_preemptions_total": 1.0, "proxima:steps_total": 100.0})
+    series.add(
+        1.0,
+        {
+            "vllm:num_preemptions_total": 3.0,
+            "proxima:steps_total": 150.0,
+            "proxima:schedule_seconds_total": 0.25,  # first exported mid-run: from 0
+            "proxima:kv_slots_used": 7.0,  # a gauge: not a counter delta
+        },
+    )
+    series.add(2.0, {"proxima:steps_total": 160.0, "proxima:schedule_seconds_total": 0.5})
+    assert mx.proxima_counters(series) == {
+        "proxima:schedule_seconds_total": 0.5,
+        "proxima:steps_total": 60.0,
+    }
+    series.add(3.0, {"proxima:kv_slots_total": 9.0})  # a gauge ending in _total
+    assert "proxima:kv_slots_total" in mx.proxima_counters(series)
+    text = (
+        "# HELP proxima:kv_slots_total Usable KV token slots.\n"
+        "# TYPE proxima:kv_slots_total gauge\n"
+        'proxima:kv_slots_total{engine="0"} 9.0\n'
+        "# TYPE proxima:steps counter\n"
+        'proxima:steps_total{engine="0"} 160.0\n'
+    )
+    gauges = mx.gauge_names(text)
+    assert gauges == {"proxima:kv_slots_total"}
+    counters = mx._counters(series, gauges)
+    assert counters["preemptions"] == 2.0
+    assert counters["proxima"] == {
+        "proxima:schedule_seconds_total": 0.5,
+        "proxima:steps_total": 60.0,
+    }
+    assert mx.proxima_counters(mx.ms.TimeSeries()) == {}
+    assert mx._gauges("http://127.0.0.1:9") == set()  # nothing listens: no names
+
+
+def test_three_servers_start_concurrently(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = _three_mode_cfg(model)
+    cfg.out = tmp_path / "out"
+    cfg.out.mkdir()
+    made: list[dict[str, _FakeServer]] = []
+    fail_next = [True]  # the concurrent attempt: admit-stock fails
+
+    def fake_make_servers(cfg: mx.Config) -> dict[str, Any]:
+        fail, fail_next[0] = fail_next[0], False
+        made.append({m: _FakeServer(m, cfg.out, fail and m == "admit-stock") for m in cfg.modes})
+        return made[-1]
+
+    monkeypatch.setattr(mx, "make_servers", fake_make_servers)
+    raw: dict[str, Any] = {"servers": {}, "start": {}}
+    state = mx.RunState(cfg=cfg, raw=raw, log=lambda m: None, budget=mx.Budget(None, 60))
+    mx.start_servers(state, lambda: None)
+    assert len(made) == 2 and all(s.stopped for s in made[0].values())
+    assert "admit-stock ran out of memory" in raw["start"]["concurrent_error"]
+    assert raw["start"]["method"] == "sequential"
+    assert list(raw["servers"]) == cfg.modes
+    assert (cfg.out / "server-admit-stock.concurrent.log").is_file()
+    assert all(raw["servers"][m]["startup_s"] == 1.5 for m in cfg.modes)
+
+
+def test_make_servers_one_per_mode(model: Path, tmp_path: Path) -> None:
+    cfg = _three_mode_cfg(model)
+    cfg.out = tmp_path
+    servers = mx.make_servers(cfg)
+    assert list(servers) == cfg.modes
+    assert len({s.port for s in servers.values()}) == 3
+    assert servers["admit-stock"].log_path == tmp_path / "server-admit-stock.log"
+    assert servers["admit-stock"].command[-2:] == ["--proxima-admission", "stock"]
+    assert "--proxima" not in servers["admit-stock"].command
+
+
+# --------------------------------------------------------------------------
+# report with three modes
+# --------------------------------------------------------------------------
+
+
+def _cpu(steps: float, schedule: float, admission: float) -> dict[str, float]:
+    return {
+        "proxima:steps_total": steps,
+        "proxima:schedule_seconds_total": schedule,
+        "proxima:admission_seconds_total": admission,
+        "proxima:preemptions_total": 0.0,
+    }
+
+
+def _raw3(model: str) -> dict[str, Any]:
+    modes = ["stock", "proxima", "admit-stock"]
+    runs = []
+    for repeat, tputs in enumerate(((100.0, 110.0, 95.0), (100.0, 120.0, 105.0))):
+        entry_modes = {
+            m: _run(t, 1 if m == "stock" else 0) for m, t in zip(modes, tputs, strict=True)
+        }
+        entry_modes["proxima"]["counters"]["proxima"] = _cpu(1000, 0.5, 0.1)
+        entry_modes["admit-stock"]["counters"]["proxima"] = _cpu(500 * (1 + repeat), 0.6, 0.0)
+        entry_modes["stock"]["counters"]["proxima"] = {}
+        runs.append(
+            {
+                "point": "mix-c8",
+                "repeat": repeat,
+                "order": mx.run_order(modes, 0, repeat),
+                "ratio": tputs[1] / tputs[0],
+                "ratios": {"proxima": tputs[1] / tputs[0], "admit-stock": tputs[2] / tputs[0]},
+                "modes": entry_modes,
+            }
+        )
+    cls = {"short": {"requests": 27, "p95_ttft_ms": 20}, "long": {"requests": 3}}
+    runs.append(
+        {
+            "point": "mixed-c64",
+            "repeat": 0,
+            "ratio": 1.0,
+            "ratios": {"proxima": 1.0, "admit-stock": None},
+            "modes": {"stock": _run(50, 0, cls), "proxima": _run(50, 0, cls)},
+        }
+    )
+    same = [_out([1, 2], [1, 1]), _out([3, 4], [0.01, 1])]
+    runs.append(
+        {
+            "point": "parity",
+            "repeat": 0,
+            "ratio": 1.0,
+            "ratios": {"proxima": 1.0, "admit-stock": 0.5},
+            "parity": mx.compare_parity(same, same),
+            "parity_vs_stock": {
+                "admit-stock": mx.compare_parity(same, [_out([1, 2], [1, 1]), _out([5, 4], [1, 1])])
+            },
+            "modes": {"stock": _run(10, 0), "proxima": _run(10, 0), "admit-stock": _run(5, 0)},
+        }
+    )
+    return {
+        "schema": mx.SCHEMA,
+        "created": "now",
+        "status": "done",
+        "config": {
+            "model": model,
+            "modes": modes,
+            "mode_args": {"admit-stock": ADMIT.split()},
+            "points": ["mix-c8", "mixed-c64", "parity"],
+            "repeats": 2,
+        },
+        "servers": {m: {"log_facts": {"mode": "off" if m == "stock" else "on"}} for m in modes},
+        "runs": runs,
+        "skipped": [{"point": "mixed-c64", "repeat": 0, "mode": "admit-stock", "reason": "budget"}],
+    }
+
+
+def test_report_three_modes(tmp_path: Path) -> None:
+    raw = _raw3("/m/llama-3-8b")
+    assert mr.modes_of(raw) == ["stock", "proxima", "admit-stock"]
+    row = mr.point_row(raw, "mix-c8")
+    assert row is not None
+    assert row["admit-stock"]["ratio"] == pytest.approx(1.0)
+    assert (row["admit-stock"]["ratio_min"], row["admit-stock"]["ratio_max"]) == (
+        pytest.approx(0.95),
+        pytest.approx(1.05),
+    )
+    assert row["ratio"] == pytest.approx(1.15)  # proxima's at the top level, as before
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "raw.json").write_text(json.dumps(raw))
+    text = mr.write_report([tmp_path / "a"], plots=False).read_text()
+    assert (
+        "| point | stock tok/s | proxima tok/s | admit-stock tok/s | proxima / stock "
+        "| admit-stock / stock | preemptions | P95 TTFT ms | P95 E2E s |"
+    ) in text
+    assert (
+        "| mix-c8 | 100.0 | 115.0 | 100.0 | 1.150 (1.100–1.200) | 1.000 (0.950–1.050) "
+        "| 1 / 0 / 0 | 50.0 / 50.0 / 50.0 | 1.50 / 1.50 / 1.50 |"
+    ) in text
+    assert "| mixed-c64 | 50.0 | 50.0 | – | 1.000 | – | 0 / 0 / – |" in text
+    assert "are means over repeats, stock / proxima / admit-stock." in text
+    # scheduler CPU: seconds over steps of all repeats, in ms per step
+    assert "### Scheduler CPU per step (ms)" in text
+    assert (
+        "| point | proxima steps | proxima schedule | proxima admission | admit-stock steps "
+        "| admit-stock schedule | admit-stock admission |"
+    ) in text
+    assert "| mix-c8 | 1,000 | 0.500 | 0.100 | 750 | 0.800 | 0.000 |" in text
+    assert "| mixed-c64 |" not in text.split("### Scheduler CPU")[1].split("###")[0]
+    assert "### mixed-c64: per class (stock / proxima / admit-stock)" in text
+    assert "| short | 27 | – / – / – | 20.0 / 20.0 / – |" in text
+    assert "- repeat 0, proxima vs stock: **2/2 requests identical**" in text
+    assert "- repeat 0, admit-stock vs stock: **1/2 requests identical**" in text
+    assert "skipped mixed-c64 (repeat 0, admit-stock): budget" in text
+    assert "  - admit-stock: started" in text
+
+
+def test_report_two_modes_without_ratios_or_cpu(tmp_path: Path) -> None:
+    raw = _raw("/m/x")  # as written before --mode: no modes, no ratios, no proxima counters
+    assert mr.modes_of(raw) == ["stock", "proxima"]
+    text = mr.render([(tmp_path, raw)], None)
+    assert "| point | stock tok/s | proxima tok/s | proxima / stock | preemptions |" in text
+    assert "Scheduler CPU" not in text
+    assert "- repeat 0: **1/2 requests identical**" in text  # no "vs stock" label
+    # a ratio missing from the entry comes from the metrics
+    del raw["runs"][0]["ratio"]
+    assert mr.entry_ratio(raw["runs"][0], "proxima") == pytest.approx(1.1)
+
+
+def test_report_plot_three_modes(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    for name, raw in (("a", _raw3("/m/a")), ("b", _raw("/m/b"))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "raw.json").write_text(json.dumps(raw))
+    out = mr.write_report([tmp_path / "a", tmp_path / "b"], tmp_path / "r.md")
+    text = out.read_text()
+    assert "## a (a)" in text and "## b (b)" in text
+    assert "admit-stock / stock" in text.split("## b (b)")[0]
+    assert "admit-stock" not in text.split("## b (b)")[1]
+    assert (tmp_path / "matrix-ratio.png").read_bytes()[:4] == b"\x89PNG"

@@ -39,6 +39,11 @@ class ProximaConfig:
             admit while slots are free), ``conservative`` (admit only if every
             resident request can reach its ``max_tokens``), ``adaptive``
             (projected peak with a learned output-length estimate).
+        horizon: decode steps ahead the projection covers (``0``: the whole future).
+            Admission then promises no preemption for that many steps, not for
+            ever: a request that would outgrow the pool only later is admitted,
+            and the KV that stays busy meanwhile is worth more than the rare
+            recompute (docs/architecture.md).
         overcommit: for ``adaptive``, the fraction of the pool the projected peak
             may exceed (0.0-0.5).
         debug_invariants: check the slot pool's invariants after every change
@@ -56,6 +61,7 @@ class ProximaConfig:
 
     mode: str = "on"
     admission: str = "adaptive"
+    horizon: int = 128
     overcommit: float = 0.0
     debug_invariants: bool = False
     prefix_sharing: bool | None = None
@@ -85,6 +91,10 @@ class ProximaConfig:
             raise ProximaConfigError(
                 f"--proxima-evict {self.evict} needs --proxima-kv-layout token: the paged "
                 "layout keeps vLLM's prefix cache, which evicts least recently used blocks"
+            )
+        if isinstance(self.horizon, bool) or not isinstance(self.horizon, int) or self.horizon < 0:
+            raise ProximaConfigError(
+                f"--proxima-horizon must be a whole number of steps >= 0; got {self.horizon!r}"
             )
         if not isinstance(self.overcommit, (int, float)) or not (
             0.0 <= float(self.overcommit) <= 0.5

@@ -36,6 +36,7 @@ _FLAG_FIELDS = {
     "proxima": "mode",
     "proxima_admission": "admission",
     "proxima_overcommit": "overcommit",
+    "proxima_horizon": "horizon",
     "proxima_debug_invariants": "debug_invariants",
     "proxima_evict": "evict",
     "proxima_kv_layout": "kv_layout",
@@ -71,6 +72,13 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         choices=ADMISSION_POLICIES,
         default=None,
         help="Admission policy for waiting requests (default: adaptive).",
+    )
+    group.add_argument(
+        "--proxima-horizon",
+        type=int,
+        default=None,
+        help="Decode steps ahead the projected peak covers (default 128; 0: the whole "
+        "future, never preempting for admitted growth, at the cost of idle KV).",
     )
     group.add_argument(
         "--proxima-overcommit",

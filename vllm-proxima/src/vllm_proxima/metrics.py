@@ -70,6 +70,17 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "counter",
         "Cached slots freed by the eviction policy.",
     ),
+    "steps": ("proxima:steps_total", "counter", "Scheduler steps (calls of schedule())."),
+    "schedule_seconds": (
+        "proxima:schedule_seconds_total",
+        "counter",
+        "CPU seconds in the scheduler's schedule() (upstream's work and proxima's).",
+    ),
+    "admission_seconds": (
+        "proxima:admission_seconds_total",
+        "counter",
+        "CPU seconds of those in proxima's admission decisions.",
+    ),
     "projected_peak_pages": (
         "proxima:projected_peak_pages",
         "gauge",
@@ -78,6 +89,7 @@ METRICS: dict[str, tuple[str, str, str]] = {
 }
 
 COUNTERS = frozenset(key for key, (_, kind, _) in METRICS.items() if kind == "counter")
+COUNTER, GAUGE = "counter", "gauge"
 
 _LABELS = ["model_name", "engine"]
 
@@ -127,6 +139,8 @@ class ProximaStatLogger(StatLoggerBase):
     def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
         self.engine_index = engine_index
         self.model_name = vllm_config.model_config.served_model_name
+        self._children: dict[tuple[str, tuple[str, str]], Any] = {}
+        self._last: dict[tuple[str, tuple[str, str]], Any] = {}
 
     def record(
         self,
@@ -146,14 +160,21 @@ class ProximaStatLogger(StatLoggerBase):
         if total:
             stats["slot_utilization"] = stats.get("slots_used", 0) / total
         labels = (self.model_name, str(engine_idx))
+        last = self._last
         for key, value in stats.items():
-            collector, kind = _collector(key)
-            child = collector.labels(*labels)
-            if kind == "counter":
-                if value > 0:  # the increase since the engine's previous report
-                    child.inc(value)
+            kind = COUNTER if key in COUNTERS else GAUGE
+            if kind == COUNTER and value <= 0:
+                continue  # counters arrive as the increase since the previous report
+            if kind == GAUGE and last.get((key, labels)) == value:
+                continue  # unchanged: no Prometheus write (this runs every engine step)
+            child = self._children.get((key, labels))
+            if child is None:
+                child = self._children[(key, labels)] = _collector(key)[0].labels(*labels)
+            if kind == COUNTER:
+                child.inc(value)
             else:
                 child.set(value)
+                last[(key, labels)] = value
 
     def log_engine_initialized(self) -> None:
         return None

@@ -1,29 +1,34 @@
-"""Stock-vs-proxima serving matrix: both servers up at once, points interleaved.
+"""Stock-vs-proxima serving matrix: all servers up at once, points interleaved.
 
-For one model folder and one set of server arguments this starts two OpenAI
-servers of the same install, ``stock`` (``--proxima off``) and ``proxima`` (no
-``--proxima`` flag: the distribution's default), concurrently (they share one
-GPU; pass e.g. ``--gpu-memory-utilization 0.45 --kv-cache-memory-bytes N``); if
-a concurrent start fails both are stopped and started again one after the
+For one model folder and one set of server arguments this starts OpenAI
+servers of the same install, one per *mode*: ``stock`` (``--proxima off``),
+``proxima`` (no ``--proxima`` flag: the distribution's default) and any number
+of extra proxima-on modes given as ``--mode NAME=ARGS`` (extra server
+arguments, e.g. ``--mode admit-stock='--proxima-admission stock'``, for
+attributing a difference to one part). They start concurrently (they share
+one GPU; pass e.g. ``--gpu-memory-utilization 0.3 --kv-cache-memory-bytes N``);
+if a concurrent start fails all are stopped and started again one after the
 other (``--sequential-start`` forces that). Then it runs a list of named
-points (``--list-points``); each point runs on both servers back to back with
-identical workload files, stock first on even points and proxima first on odd
-ones (the order flips again on every repeat), so drift cancels. Loads come
-from vLLM's own load generator (``vllm bench serve`` in a persistent runner,
-see :mod:`vllm_proxima.bench.vllm_bench`), except ``parity``, which sends
-greedy token-id prompts to ``/v1/completions`` itself and compares the two
-servers' tokens and top logprobs.
+points (``--list-points``); each point runs on every server back to back with
+identical workload files, in the modes' order rotated by one per point (point
+``i`` of repeat ``r`` starts with mode ``(i + r) mod M``), so drift cancels.
+Loads come from vLLM's own load generator (``vllm bench serve`` in a
+persistent runner, see :mod:`vllm_proxima.bench.vllm_bench`), except
+``parity``, which sends greedy token-id prompts to ``/v1/completions`` itself
+and compares every mode's tokens and top logprobs with stock's.
 
 Every repeat gets fresh prompt words (so prefix-cache hits never carry over
-between points or repeats); both modes of one repeat get the same file.
+between points or repeats); all modes of one repeat get the same file.
 ``/metrics`` is scraped before and after every run (and every
 ``--scrape-interval`` seconds in between) for preemptions, prefix-cache
-queries and hits, prompt and generation tokens, and the peaks of running
-requests and KV usage.
+queries and hits, prompt and generation tokens, the peaks of running
+requests and KV usage, and the increase of every ``proxima:*_total`` counter
+(scheduler steps and CPU seconds, ...). Ratios are each non-stock mode's
+output tok/s over stock's.
 
 Outputs in ``--out``: ``raw.json`` (rewritten atomically after every run),
 ``report.md`` and ``matrix-ratio.png`` (see :mod:`.matrix_report`),
-``command.txt``, ``server-stock.log``, ``server-proxima.log``, ``bench.log``,
+``command.txt``, ``server-MODE.log`` per mode, ``bench.log``,
 ``workloads/``, ``results/`` (vLLM's JSON) and ``parity/`` (tokens and top
 logprobs per request).
 
@@ -34,6 +39,11 @@ Example (CPU, tiny model)::
                      --kv-cache-memory-bytes 16777216" \\
       --env TORCH_COMPILE_DISABLE=1 --scale 0.05 \\
       --points mix-c8,mix-burst,parity --out /tmp/matrix
+
+Three modes (proxima, and proxima with upstream's admission)::
+
+    python -m vllm_proxima.bench.matrix --model models/tiny-llama ... \\
+      --mode admit-stock='--proxima-admission stock' --out /tmp/matrix3
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ import datetime as dt
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import sys
@@ -51,7 +62,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -73,7 +84,9 @@ from vllm_proxima.bench.workloads import (
 )
 
 SCHEMA = "proxima-matrix/1"
-MODES = ("stock", "proxima")
+MODES = ("stock", "proxima")  # the built-in modes; --mode adds more
+BASE = "stock"  # every other mode is compared with it
+MODE_NAME = re.compile(r"[A-Za-z0-9-]+")
 DEFAULT_ESTIMATE_S = 60.0
 MIN_REQUESTS = 8
 NEAR_TIE_NATS = 0.05
@@ -82,6 +95,7 @@ PARITY_MIN_TOKEN_ID = 7
 POISSON_FRACTION = 0.9
 COUNTERS = ("preemptions", "prefix_cache_queries", "prefix_cache_hits")
 COUNTERS += ("prompt_tokens", "generation_tokens", "peak_running", "peak_kv_usage")
+PROXIMA_COUNTER_PREFIX, PROXIMA_COUNTER_SUFFIX = "proxima:", "_total"
 
 
 class MatrixError(RuntimeError):
@@ -176,7 +190,12 @@ def scaled_len(n: int, scale: float) -> int:
 
 @dataclass
 class Config:
-    """Resolved settings of one matrix run."""
+    """Resolved settings of one matrix run.
+
+    ``modes``: stock, proxima, then the ``--mode`` names in the order given;
+    ``mode_args``: every mode's extra server arguments (``--mode-args`` for the
+    built-in two, ``--mode`` for the others).
+    """
 
     model: str
     tokenizer: str
@@ -205,6 +224,7 @@ class Config:
     out: Path
     report: bool
     argv: list[str] = field(default_factory=list)
+    modes: list[str] = field(default_factory=lambda: list(MODES))
 
     def server_argv(self, mode: str) -> list[str]:
         """The server arguments of ``mode`` (``stock`` adds ``--proxima off``)."""
@@ -218,8 +238,9 @@ class Config:
             "tokenizer": self.tokenizer,
             "served_name": self.served_name,
             "server_args": self.server_args,
+            "modes": self.modes,
             "mode_args": self.mode_args,
-            "server_argv": {m: self.server_argv(m) for m in MODES},
+            "server_argv": {m: self.server_argv(m) for m in self.modes},
             "points": [p.name for p in self.points],
             "repeats": self.repeats,
             "scale": self.scale,
@@ -248,15 +269,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="local model folder (no network)")
     p.add_argument("--tokenizer", help="local tokenizer folder (default: --model)")
     p.add_argument(
-        "--server-args", action="append", default=[], help="server arguments for both modes"
+        "--server-args", action="append", default=[], help="server arguments for every mode"
     )
     p.add_argument(
         "--mode-args",
         action="append",
         default=[],
         metavar="MODE=ARGS",
-        help="extra server arguments for one mode (stock or proxima), "
+        help="extra server arguments for one built-in mode (stock or proxima), "
         "e.g. proxima='--proxima-admission conservative'",
+    )
+    p.add_argument(
+        "--mode",
+        action="append",
+        default=[],
+        dest="modes",
+        metavar="NAME=ARGS",
+        help="one more server (proxima on) with these extra server arguments, compared "
+        "with stock like proxima; repeatable; NAME: letters, digits and '-', e.g. "
+        "admit-stock='--proxima-admission stock'",
     )
     p.add_argument("--points", default="all", help="comma-separated points in run order (all)")
     p.add_argument("--list-points", action="store_true", help="print the points and exit")
@@ -359,13 +390,50 @@ def parse_mode_args(items: Sequence[str]) -> dict[str, list[str]]:
     return result
 
 
+def parse_modes(items: Sequence[str]) -> dict[str, list[str]]:
+    """``--mode NAME=ARGS`` items as {NAME: args}, in the order given.
+
+    ARGS may be empty (a second proxima server: an A/A control).
+
+    Raises:
+        MatrixError: no ``=``, a bad or reserved name, or a name given twice.
+    """
+    result: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not MODE_NAME.fullmatch(name):
+            raise MatrixError(
+                f"--mode {item!r}: expected NAME=ARGS, NAME of letters, digits and '-'"
+            )
+        if name in MODES:
+            raise MatrixError(
+                f"--mode {item!r}: {name} is a built-in mode; use --mode-args {name}=ARGS"
+            )
+        if name in result:
+            raise MatrixError(f"--mode {name} given twice")
+        try:
+            result[name] = shlex.split(text)
+        except ValueError as e:
+            raise MatrixError(f"--mode {item!r}: {e}") from e
+    return result
+
+
+def run_order(modes: Sequence[str], index: int, repeat: int = 0) -> list[str]:
+    """The modes' run order at point ``index`` of ``repeat``: ``modes`` rotated
+    to start at mode ``(index + repeat) mod M`` (with two modes: flipped every
+    point and every repeat)."""
+    start = (index + repeat) % len(modes)
+    return [*modes[start:], *modes[:start]]
+
+
 def _check_reserved(arg_lists: Sequence[Sequence[str]]) -> None:
     for flag in ("--proxima", "--port", "--host", "--model"):
         for a in (a for args in arg_lists for a in args):
             if a == flag or a.startswith(flag + "="):
                 raise MatrixError(
-                    f"{flag} is set by the matrix (stock: --proxima off, proxima: the "
-                    "default); remove it from the server args"
+                    f"{flag} is set by the matrix (stock: --proxima off, the other modes: "
+                    "the default); remove it from the server and mode args"
                 )
 
 
@@ -434,6 +502,8 @@ def resolve(argv: Sequence[str]) -> Config:
     tokenizer = Path(args.tokenizer).expanduser().resolve() if args.tokenizer else model
     server_args = [a for text in args.server_args for a in shlex.split(text)]
     mode_args = parse_mode_args(args.mode_args)
+    extra_modes = parse_modes(args.modes)
+    mode_args.update(extra_modes)
     arg_lists = [server_args, *mode_args.values()]
     _check_reserved(arg_lists)
     points = parse_points(args.points)
@@ -471,6 +541,7 @@ def resolve(argv: Sequence[str]) -> Config:
         out=out.resolve(),
         report=not args.no_report,
         argv=list(argv),
+        modes=[*MODES, *extra_modes],
     )
 
 
@@ -481,7 +552,7 @@ def resolve(argv: Sequence[str]) -> Config:
 
 @dataclass
 class Prepared:
-    """The workload of one point in one repeat (shared by both modes).
+    """The workload of one point in one repeat (shared by all modes).
 
     Attributes:
         path: the vLLM ``custom`` JSONL, or the parity prompts' JSON.
@@ -726,7 +797,7 @@ class RunState:
 def make_servers(cfg: Config) -> dict[str, Server]:
     """One (not yet started) server per mode, on distinct free ports."""
     servers: dict[str, Server] = {}
-    for mode in MODES:
+    for mode in cfg.modes:
         for _ in range(10):
             server = Server(
                 cfg.model,
@@ -773,9 +844,9 @@ def _ready(state: RunState, mode: str, server: Server) -> None:
         log_facts=facts,
         cache_config=ms.info_labels(samples, "vllm:cache_config_info")[:1],
     )
-    want = "off" if mode == "stock" else "on"
+    want = "off" if mode == BASE else "on"
     if facts.get("mode") not in (None, want):
-        hint = " (PROXIMA_MODE=off in the environment?)" if mode == "proxima" else ""
+        hint = " (PROXIMA_MODE=off in the environment?)" if mode != BASE else ""
         raise ServerError(
             f"the {mode} server reports proxima {facts.get('mode')}, expected {want}{hint}"
         )
@@ -816,10 +887,10 @@ def _stop_servers(state: RunState) -> None:
 
 
 def start_servers(state: RunState, while_loading: Callable[[], None]) -> None:
-    """Start both servers (concurrently unless ``--sequential-start``).
+    """Start every mode's server (concurrently unless ``--sequential-start``).
 
     ``while_loading`` runs once while the first servers load (the workload
-    files). A failed concurrent start stops both and retries one by one.
+    files). A failed concurrent start stops all and retries one by one.
 
     Raises:
         ServerError: the servers could not be started.
@@ -950,9 +1021,51 @@ def _scraper(ctx: RunContext, tag: str) -> ms.MetricsScraper:
     return scraper
 
 
-def _counters(series: ms.TimeSeries) -> dict[str, Any]:
+def gauge_names(text: str) -> set[str]:
+    """The metrics a Prometheus text declares ``# TYPE NAME gauge``."""
+    names = set()
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[:2] == ["#", "TYPE"] and parts[3] == "gauge":
+            names.add(parts[2])
+    return names
+
+
+def _gauges(base_url: str) -> set[str]:
+    """:func:`gauge_names` of a server's ``/metrics`` (empty when unreachable)."""
+    try:
+        return gauge_names(ms.fetch_metrics(base_url))
+    except Exception:  # noqa: BLE001 - best effort: without names no counter is left out
+        return set()
+
+
+def proxima_counters(
+    series: ms.TimeSeries, gauges: Collection[str] = frozenset()
+) -> dict[str, float]:
+    """The increase of every ``proxima:*_total`` counter over a run, by name.
+
+    ``gauges``: names to leave out although they end in ``_total`` (e.g. the
+    gauge ``proxima:kv_slots_total``). A counter absent from the first scrape
+    (not exported before its first increase) counts from 0.
+    """
+    deltas: dict[str, float] = {}
+    for name, values in sorted(series.values.items()):
+        if not (name.startswith(PROXIMA_COUNTER_PREFIX) and name.endswith(PROXIMA_COUNTER_SUFFIX)):
+            continue
+        if name in gauges:
+            continue
+        present = [v for v in values if v is not None]
+        if present:
+            first = values[0] if values[0] is not None else 0.0
+            deltas[name] = present[-1] - first
+    return deltas
+
+
+def _counters(series: ms.TimeSeries, gauges: Collection[str] = frozenset()) -> dict[str, Any]:
     summary = ms.summarize(series)
-    return {k: summary.get(k) for k in COUNTERS} | {"samples": summary.get("samples")}
+    counters = {k: summary.get(k) for k in COUNTERS} | {"samples": summary.get("samples")}
+    counters["proxima"] = proxima_counters(series, gauges)
+    return counters
 
 
 def run_bench(
@@ -1003,7 +1116,7 @@ def run_bench(
         _recover_runner(ctx, str(e))
     finally:
         run["wall_s"] = round(time.monotonic() - t0, 3)
-        run["counters"] = _counters(scraper.stop())
+        run["counters"] = _counters(scraper.stop(), _gauges(ctx.server.base_url))
     if run["error"] is None:
         _read_result(run, result_dir / filename, prepared)
     return run
@@ -1159,7 +1272,7 @@ def run_parity(ctx: RunContext, spec: PointSpec, prepared: Prepared) -> dict[str
     finally:
         wall = time.monotonic() - t0
         run["wall_s"] = round(wall, 3)
-        run["counters"] = _counters(scraper.stop())
+        run["counters"] = _counters(scraper.stop(), _gauges(ctx.server.base_url))
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_json(path, {"mode": ctx.mode, "repeat": ctx.repeat, "requests": outputs})
     failed = [i for i, o in enumerate(outputs) if "error" in o]
@@ -1208,6 +1321,9 @@ def compare_parity(
     near_tie: float = NEAR_TIE_NATS,
 ) -> dict[str, Any]:
     """Greedy parity of two servers' outputs for the same prompts.
+
+    ``proxima`` is whichever mode is compared with stock (the ``proxima_*``
+    keys of a divergence are that mode's).
 
     Definitions (over requests both servers completed):
 
@@ -1269,11 +1385,14 @@ def compare_parity(
 
 
 class Budget:
-    """The ``--budget-s`` clock and per-point time estimates."""
+    """The ``--budget-s`` clock and per-point time estimates (``modes``: all modes)."""
 
-    def __init__(self, total_s: float | None, default_s: float) -> None:
+    def __init__(
+        self, total_s: float | None, default_s: float, modes: Sequence[str] = MODES
+    ) -> None:
         self.total_s = total_s
         self.default_s = default_s
+        self.modes = tuple(modes)
         self.t0 = time.monotonic()
         self.walls: dict[tuple[str, str], float] = {}  # (point, mode) -> latest wall
 
@@ -1284,15 +1403,17 @@ class Budget:
         return self.total_s - (time.monotonic() - self.t0)
 
     def point_estimate(self, point: str) -> float:
-        """Both modes of a point: earlier measurements, else the default."""
-        known = [self.walls.get((point, m)) for m in MODES]
+        """All modes of a point: earlier measurements (a mode not measured yet
+        counted as the slowest measured one), else the default."""
+        known = [self.walls.get((point, m)) for m in self.modes]
         values = [v for v in known if v is not None]
         if not values:
             return self.default_s
         return sum(v if v is not None else max(values) for v in known)
 
     def mode_estimate(self, point: str, mode: str, other: str) -> float:
-        """One mode of a point: the other mode's time this repeat, else earlier."""
+        """One mode of a point: the time of ``other`` (the mode run just before
+        it, this repeat), else this mode's earlier time, else the default."""
         for key in ((point, other), (point, mode)):
             if key in self.walls:
                 return self.walls[key]
@@ -1329,17 +1450,26 @@ def poisson_rate(cfg: Config, raw: dict[str, Any], repeat: int) -> tuple[float |
     return None, "mix-burst has not been measured in this run and --poisson-rate is not given"
 
 
-def ratio(entry: dict[str, Any], key: str = "output_throughput") -> float | None:
-    """proxima / stock of a metric in a point entry (None if either is missing)."""
-    values = [((entry["modes"].get(m) or {}).get("metrics") or {}).get(key) for m in MODES]
+def ratio(
+    entry: dict[str, Any], key: str = "output_throughput", mode: str = "proxima"
+) -> float | None:
+    """``mode`` / stock of a metric in a point entry (None if either is missing)."""
+    values = [((entry["modes"].get(m) or {}).get("metrics") or {}).get(key) for m in (BASE, mode)]
     if any(not isinstance(v, int | float) for v in values) or not values[0]:
         return None
     return float(values[1]) / float(values[0])
 
 
+def ratios(
+    entry: dict[str, Any], modes: Sequence[str], key: str = "output_throughput"
+) -> dict[str, float | None]:
+    """Every non-stock mode's :func:`ratio` to stock, by mode."""
+    return {m: ratio(entry, key, m) for m in modes if m != BASE}
+
+
 def _run_line(entry: dict[str, Any]) -> str:
     parts = []
-    for mode in MODES:
+    for mode in entry.get("order") or list(entry["modes"]):
         run = entry["modes"].get(mode) or {}
         m = run.get("metrics") or {}
         c = run.get("counters") or {}
@@ -1348,8 +1478,8 @@ def _run_line(entry: dict[str, Any]) -> str:
         preempt = c.get("preemptions")
         parts[-1] += f" (preemptions {'?' if preempt is None else f'{preempt:.0f}'}, "
         parts[-1] += f"{run.get('wall_s', 0):.1f}s)"
-    r = entry.get("ratio")
-    return ", ".join(parts) + (f", ratio {r:.3f}" if r is not None else "")
+    shown = [f"{m} {r:.3f}" for m, r in (entry.get("ratios") or {}).items() if r is not None]
+    return ", ".join(parts) + (f"; / stock: {', '.join(shown)}" if shown else "")
 
 
 def _check_alive(servers: dict[str, Server]) -> None:
@@ -1365,18 +1495,19 @@ def _check_alive(servers: dict[str, Server]) -> None:
 
 
 def run_point(state: RunState, spec: PointSpec, repeat: int, index: int) -> None:
-    """Both modes of one point (order alternating), appended to ``raw['runs']``.
+    """Every mode of one point (order rotating), appended to ``raw['runs']``.
 
-    Stock goes first when ``index + repeat`` is even. The point is skipped (and
-    listed with the reason) when its estimate does not fit the budget or, for
-    ``poisson``, no rate is known; its second mode when the first mode's time
-    does not fit any more.
+    The order is :func:`run_order` (``cfg.modes`` rotated by ``index +
+    repeat``). The point is skipped (and listed with the reason) when its
+    estimate does not fit the budget or, for ``poisson``, no rate is known; a
+    later mode (and the ones after it) when the previous mode's time does not
+    fit any more.
 
     Raises:
         ServerError: a server died or stopped answering.
     """
     cfg, raw, budget = state.cfg, state.raw, state.budget
-    order = MODES if (index + repeat) % 2 == 0 else MODES[::-1]
+    order = run_order(cfg.modes, index, repeat)
     rate = source = None
     if spec.poisson:
         rate, source = poisson_rate(cfg, raw, repeat)
@@ -1401,10 +1532,11 @@ def run_point(state: RunState, spec: PointSpec, repeat: int, index: int) -> None
         entry["request_rate"], entry["request_rate_source"] = rate, source
     raw["runs"].append(entry)
     for k, mode in enumerate(order):
-        if k == 1:
-            reason = budget.why_not(budget.mode_estimate(spec.name, mode, order[0]))
+        if k >= 1:
+            reason = budget.why_not(budget.mode_estimate(spec.name, mode, order[k - 1]))
             if reason:
-                _skip(state, spec, repeat, reason, mode)
+                for rest in order[k:]:
+                    _skip(state, spec, repeat, reason, rest)
                 break
         _wait_idle(state.servers[mode].base_url)
         entry["modes"][mode] = _run_mode(state, spec, repeat, mode, rate)
@@ -1428,20 +1560,32 @@ def _run_mode(
 
 
 def _finish_entry(state: RunState, entry: dict[str, Any]) -> None:
-    """The ratio (and the parity comparison) of a point whose modes have run."""
-    entry["ratio"] = ratio(entry)
-    stock, proxima = (entry["modes"].get(m) for m in MODES)
-    if entry["point"] == "parity" and stock and proxima:
-        details = [
-            json.loads(Path(r["detail_file"]).read_text())["requests"] for r in (stock, proxima)
-        ]
-        entry["parity"] = compare_parity(*details)
-        p = entry["parity"]
-        state.log(
-            f"[parity r{entry['repeat']}] identical {p['identical']}/{p['compared']}, token "
-            f"agreement {p['token_agreement'] or 0:.4f}, divergences {p['divergences']} "
-            f"({p['near_tie_divergences']} at near-ties)"
-        )
+    """The ratios (and the parity comparisons) of a point whose modes have run.
+
+    ``ratios``: every non-stock mode / stock; ``ratio``: proxima's (as before
+    there were more modes). Parity: ``parity`` is proxima vs stock,
+    ``parity_vs_stock`` the other modes' (by mode).
+    """
+    entry["ratios"] = ratios(entry, state.cfg.modes)
+    entry["ratio"] = entry["ratios"].get("proxima")
+    stock = entry["modes"].get(BASE)
+    if entry["point"] == "parity" and stock:
+        stock_requests = json.loads(Path(stock["detail_file"]).read_text())["requests"]
+        for mode in state.cfg.modes:
+            run = entry["modes"].get(mode)
+            if mode == BASE or not run:
+                continue
+            detail = json.loads(Path(run["detail_file"]).read_text())["requests"]
+            p = compare_parity(stock_requests, detail)
+            if mode == "proxima":
+                entry["parity"] = p
+            else:
+                entry.setdefault("parity_vs_stock", {})[mode] = p
+            state.log(
+                f"[parity r{entry['repeat']} {mode} vs stock] identical {p['identical']}/"
+                f"{p['compared']}, token agreement {p['token_agreement'] or 0:.4f}, "
+                f"divergences {p['divergences']} ({p['near_tie_divergences']} at near-ties)"
+            )
     state.log(f"[{entry['point']} r{entry['repeat']}] " + _run_line(entry))
     state.save()
 
@@ -1523,13 +1667,14 @@ def run_matrix(cfg: Config, log: Callable[[str], None] | None = None) -> tuple[d
         cfg=cfg,
         raw=_new_raw(cfg),
         log=log or Progress(),
-        budget=Budget(cfg.budget_s, cfg.default_estimate_s),
+        budget=Budget(cfg.budget_s, cfg.default_estimate_s, cfg.modes),
     )
     raw = state.raw
     (cfg.out / "command.txt").write_text(
         f"# cwd: {os.getcwd()}\n{shlex.join(raw['command'])}\n", encoding="utf-8"
     )
     state.log(f"output: {cfg.out}")
+    state.log(f"modes {', '.join(cfg.modes)}")
     state.log(f"points {', '.join(p.name for p in cfg.points)} x {cfg.repeats} repeat(s)")
     state.save()
     status = 0
@@ -1588,7 +1733,7 @@ def _run_all(state: RunState) -> int:
 
 
 def _cleanup(state: RunState) -> None:
-    """Stop the runner and both servers (Ctrl-C held off meanwhile)."""
+    """Stop the runner and every server (Ctrl-C held off meanwhile)."""
     runner, state.runner = state.runner, None
     if runner is not None:
         with shielded(state.log):

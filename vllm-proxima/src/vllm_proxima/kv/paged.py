@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from vllm_proxima.kv.residency import NO_HIT, Hit, Residents
 
@@ -102,22 +103,28 @@ class PagedResidency:
         leading pages that others hold."""
         return request.num_tokens + self.lookahead_tokens - self.page_size * pinned_pages
 
-    def residents(self, running: list[Request]) -> Residents:
+    def residents(self, running: list[Request], totals: NDArray[np.int64]) -> Residents:
         page = self.page_size
         blocks_of = self._blocks
-        n = len(running)
-        own = np.empty(n, dtype=np.int64)
+        sharing = self._sharing
+        own = totals + self.lookahead_tokens
         alone = 0
         index: dict[str, int] = {}
         for i, r in enumerate(running):
-            blocks = blocks_of.get(r.request_id) or ()
-            shared = _shared_run(blocks) if self._sharing else 0
-            held = len(blocks) - shared
-            alone += held
-            # Never less than the pages it holds already (spec-decode slack, say).
-            own[i] = max(self.own_tokens(r, shared), page * (held - 1) + 1)
-            if self._sharing and blocks:
+            blocks = blocks_of.get(r.request_id)
+            if not blocks:
+                continue
+            held = len(blocks)
+            if sharing:
                 index[r.request_id] = i
+                if blocks[0].ref_cnt >= 2:
+                    shared = _shared_run(blocks)
+                    held -= shared
+                    own[i] -= page * shared
+            alone += held
+            if self.lookahead_tokens:
+                # Never less than the pages it holds already (rejected drafts' pages).
+                own[i] = max(own[i], page * (held - 1) + 1)
         self._index = index
         return Residents(own, max(0, self.held_pages() - alone))
 

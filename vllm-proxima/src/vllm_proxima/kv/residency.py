@@ -80,8 +80,9 @@ class ResidencyView(Protocol):
         """Pages admission may plan for (the pool less reserved pages)."""
         ...
 
-    def residents(self, running: list[Request]) -> Residents:
-        """Read the resident requests (remembered for :meth:`hit`)."""
+    def residents(self, running: list[Request], totals: NDArray[np.int64]) -> Residents:
+        """Read the resident requests (remembered for :meth:`hit`); ``totals``: each
+        one's ``num_tokens``, read once by the caller."""
         ...
 
     def own_tokens(self, request: Request, pinned_pages: int) -> int:
@@ -113,9 +114,8 @@ class TokenResidency:
     def own_tokens(self, request: Request, pinned_pages: int) -> int:
         return request.num_tokens - pinned_pages
 
-    def residents(self, running: list[Request]) -> Residents:
+    def residents(self, running: list[Request], totals: NDArray[np.int64]) -> Residents:
         res = self.manager.residency([r.request_id for r in running])
-        totals = np.fromiter((r.num_tokens for r in running), dtype=np.int64, count=len(running))
         self._index = {h: i for i, h in enumerate(res.handles.tolist()) if h >= 0}
         # Tokens not given slots yet (a prefill still in chunks) will be its own too.
         return Residents(res.alone + np.maximum(totals - res.held, 0), res.shared)

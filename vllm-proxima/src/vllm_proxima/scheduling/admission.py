@@ -29,10 +29,18 @@ twice in one step, one copy cached, the other extended); they can let even
 ``conservative`` preempt, rarely (never in the simulations of
 docs/benchmarks/cpu-sim-2026-12-03).
 
+Horizon (``--proxima-horizon``, default 128 decode steps): the peak is taken over
+the next ``H`` steps only (requests alive beyond ``H`` count at their size at ``H``).
+Over the whole future (``0``) nothing admitted is ever preempted, but a burst of long
+outputs keeps most of the pool idle waiting for peaks far ahead: on the scheduler
+simulation of 64 requests with 1,000-2,000 output tokens, 26 % more steps than stock's
+admit-and-preempt. At 128 steps the brief's bursts still see no preemption and the
+long outputs run at stock's step count with half its preemptions.
+
 Policies (``--proxima-admission``):
     stock: upstream's behaviour (admit while slots are free; preempt the newest).
-    conservative: project with ``max_tokens`` (never exceeds it: no preemption
-        from admission, but over-asking clients cost residency).
+    conservative: project with ``max_tokens`` (never exceeds it: with horizon 0,
+        no preemption from admission; over-asking clients cost residency).
     adaptive: project with a learned estimate of the output length as a
         fraction of ``max_tokens`` (from finished requests), conditioned on
         what the request already generated, plus ``--proxima-overcommit``.
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -231,8 +240,10 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         overcommit: float = 0.0,
         learn: bool = False,
         chunk_tokens: int = 2048,
+        horizon: int = 0,
     ) -> None:
         super().__init__(view, overcommit)
+        self.horizon = horizon  # 0: the whole future
         self.learn = learn
         self.chunk_tokens = max(1, chunk_tokens)  # prompt tokens prefilled per step at most
         if learn:
@@ -249,6 +260,11 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         # _failed_gen remembers the last one a "stop" was decided under.
         self._gen = 0
         self._failed_gen = -1
+        # Fast path: pages each admitted request would hold at its max_tokens, and their
+        # sum. While the sum fits the pool, so does any projected peak (it is never above
+        # the sum of final sizes): admit in O(1), with no pass over the residents.
+        self._worst: dict[str, int] = {}
+        self._worst_sum = 0
 
     def begin_step(self) -> None:
         self._held = None
@@ -259,15 +275,17 @@ class ProjectedPeakPolicy(AdmissionPolicy):
 
     def _resident(self, running: list[Request]) -> None:
         """Project the resident requests once per step (``_held``, ``_remaining``, ``S``)."""
-        res = self.view.residents(running)
-        fields = np.array(
-            [
+        n = len(running)
+        fields = np.fromiter(
+            chain.from_iterable(
                 (r.num_tokens, r.num_computed_tokens, r.num_output_tokens, r.max_tokens)
                 for r in running
-            ],
+            ),
             dtype=np.int64,
-        ).reshape(len(running), 4)
+            count=4 * n,
+        ).reshape(n, 4)
         total, computed, generated, max_tokens = fields.T
+        res = self.view.residents(running, total)
         self._held = res.own
         self._remaining = self._project(total, computed, generated, max_tokens)
         self._shared = res.shared
@@ -319,6 +337,14 @@ class ProjectedPeakPolicy(AdmissionPolicy):
     ) -> Decision:
         if self._failed_gen == self._gen:
             return "stop"  # nothing left since the last failed attempt
+        worst = self._worst_pages(request)
+        if (
+            self._held is None
+            and len(running) <= len(self._worst)
+            and self._worst_sum - self._worst.get(request.request_id, 0) + worst <= self._capacity()
+        ):
+            self._remember(request, worst)
+            return "admit"
         if self._held is None:
             self._resident(running)
         assert self._held is not None and self._remaining is not None
@@ -334,12 +360,15 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             held[i] -= page * k
             shared += k
         remaining = np.append(self._remaining, cand_rem)
+        if self.horizon:
+            # Up to the horizon: requests alive beyond it count at their size there.
+            remaining = np.minimum(remaining, self.horizon)
         peak = shared + projected_peak(held, remaining, page)
         if peak <= self._capacity() or not running:
             self._held, self._remaining, self._shared = held, remaining, shared
             self._queued += max(request.num_tokens - num_computed_tokens, 0)
             self.last_projected_peak = peak
-            self._deferrals.pop(request.request_id, None)
+            self._remember(request, worst)
             return "admit"
         self.num_deferred += 1
         waited = self._deferrals.get(request.request_id, 0) + 1
@@ -350,6 +379,23 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             self._failed_gen = self._gen
             return "stop"
         return "skip"
+
+    def _worst_pages(self, request: Request) -> int:
+        """Pages the request holds at its ``max_tokens`` (or the model length)."""
+        page = self.view.page_size
+        tokens = min(
+            request.num_prompt_tokens + request.max_tokens, self.view.max_model_len
+        ) + getattr(self.view, "lookahead_tokens", 0)
+        return -(-tokens // page)
+
+    def _remember(self, request: Request, worst: int) -> None:
+        """An admission: its worst case joins the fast path's sum."""
+        self._worst_sum += worst - self._worst.get(request.request_id, 0)
+        self._worst[request.request_id] = worst
+        self._deferrals.pop(request.request_id, None)
+
+    def _forget(self, request: Request) -> None:
+        self._worst_sum -= self._worst.pop(request.request_id, 0)
 
     def pick_victim(self, running: list[Request], req_index: int) -> int:
         """The unscheduled request whose KV is cheapest to recompute, sparing
@@ -371,10 +417,12 @@ class ProjectedPeakPolicy(AdmissionPolicy):
 
     def on_release(self, request: Request) -> None:
         self._gen += 1
+        self._forget(request)
 
     def on_preempt(self, request: Request) -> None:
         super().on_preempt(request)
         self._gen += 1
+        self._forget(request)
 
 
 def make_admission_policy(
@@ -385,7 +433,11 @@ def make_admission_policy(
     if config.admission == "stock":
         return AdmissionPolicy(view)
     if config.admission == "conservative":
-        return ProjectedPeakPolicy(view, chunk_tokens=chunk_tokens)
+        return ProjectedPeakPolicy(view, chunk_tokens=chunk_tokens, horizon=config.horizon)
     return ProjectedPeakPolicy(
-        view, overcommit=config.overcommit, learn=True, chunk_tokens=chunk_tokens
+        view,
+        overcommit=config.overcommit,
+        learn=True,
+        chunk_tokens=chunk_tokens,
+        horizon=config.horizon,
     )

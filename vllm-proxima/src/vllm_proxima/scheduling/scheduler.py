@@ -15,6 +15,7 @@ patch series adds to upstream's ``Scheduler``.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -83,6 +84,10 @@ class ProximaSchedulerMixin:
         self._stats_calls = 0
         self._slow_stats: dict[str, float] = {}
         self._emitted_totals: dict[str, float] = {}
+        # Where the scheduler's CPU time goes (proxima:*_seconds_total, per step).
+        self._steps = 0
+        self._schedule_s = 0.0
+        self._admission_s = 0.0
         manager: ProximaKVCacheManager | KVCacheManager
         if self.proxima_config.token_layout:
             manager = self._make_token_manager(vllm_config, kwargs)
@@ -141,8 +146,13 @@ class ProximaSchedulerMixin:
         return view
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
         self.admission.begin_step()
-        return super().schedule(*args, **kwargs)  # type: ignore[misc]
+        try:
+            return super().schedule(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._schedule_s += time.perf_counter() - start
+            self._steps += 1
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         from vllm.v1.request import RequestStatus
@@ -159,9 +169,33 @@ class ProximaSchedulerMixin:
         num_computed_tokens: int,
         new_computed_blocks: Any,
     ) -> Literal["admit", "skip", "stop"]:
-        return self.admission.decide(
+        start = time.perf_counter()
+        decision = self.admission.decide(
             request, num_new_tokens, num_computed_tokens, new_computed_blocks, self.running
         )
+        if decision != "admit":
+            self._uncount_lookup(request, new_computed_blocks)
+        self._admission_s += time.perf_counter() - start
+        return decision
+
+    def _uncount_lookup(self, request: Request, new_computed_blocks: Any) -> None:
+        """A deferred request is looked up in the prefix cache again next step: take
+        this step's lookup back out of vLLM's prefix-cache stats, so
+        ``vllm:prefix_cache_queries`` counts each admission once, as without proxima."""
+        stats = getattr(self.kv_cache_manager, "prefix_cache_stats", None)
+        view = self.residency_view
+        if stats is None or not isinstance(view, PagedResidency) or request.num_computed_tokens:
+            return
+        blocks = new_computed_blocks.blocks[0] if new_computed_blocks is not None else ()
+        hits = len(blocks) * view.page_size
+        if request.num_preemptions > 0:
+            stats.preempted_requests -= 1
+            stats.preempted_queries -= request.num_tokens
+            stats.preempted_hits -= hits
+        else:
+            stats.requests -= 1
+            stats.queries -= request.num_tokens
+            stats.hits -= hits
 
     def _pop_preemption_victim(self, req_index: int) -> Request:  # type: ignore[override]
         victim_index = self.admission.pick_victim(self.running, req_index)
@@ -176,6 +210,11 @@ class ProximaSchedulerMixin:
         else:
             stats = self._paged_stats()
         stats.update(self.admission.stats())
+        stats.update(
+            steps=self._steps,
+            schedule_seconds=self._schedule_s,
+            admission_seconds=self._admission_s,
+        )
         return {"proxima": to_deltas(stats, self._emitted_totals)}
 
     def _paged_stats(self) -> dict[str, float]:
