@@ -23,13 +23,26 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "gauge",
         "Tokens per KV page: vLLM's block size in the paged layout, 1 in the token layout.",
     ),
-    "slots_total": ("proxima:kv_slots_total", "gauge", "Usable KV token slots."),
-    "slots_used": ("proxima:kv_slots_used", "gauge", "KV slots held by requests."),
-    "slots_free": ("proxima:kv_slots_free", "gauge", "Free KV slots."),
+    "slots_total": (
+        "proxima:kv_slots_total",
+        "gauge",
+        "Usable KV token slots: kv_slots_used + kv_slots_cached + kv_slots_free.",
+    ),
+    "slots_used": (
+        "proxima:kv_slots_used",
+        "gauge",
+        "KV token slots in pages requests hold (the prefix cache's share of them included).",
+    ),
+    "slots_cached": (
+        "proxima:kv_slots_cached",
+        "gauge",
+        "KV token slots in cached pages no request holds: free, but a prefix hit can reuse them.",
+    ),
+    "slots_free": ("proxima:kv_slots_free", "gauge", "KV token slots neither held nor cached."),
     "slot_utilization": (
         "proxima:kv_slot_utilization",
         "gauge",
-        "Fraction of usable KV slots held by requests.",
+        "Fraction of usable KV slots held by requests (as vllm:kv_cache_usage_perc).",
     ),
     "stranded_block16": (
         "proxima:kv_block16_stranded_slots",

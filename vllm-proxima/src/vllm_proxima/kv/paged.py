@@ -98,6 +98,13 @@ class PagedResidency:
         """Pages some request holds (free pages include cached, evictable ones)."""
         return self.pool.num_gpu_blocks - 1 - self.pool.get_num_free_blocks()
 
+    def evictable_pages(self) -> int:
+        """Cached pages no request holds (free, but a later hit can still take them).
+        One pass over the pool: call sparingly."""
+        if not self._sharing:
+            return 0
+        return sum(1 for b in self.pool.blocks if b.ref_cnt == 0 and b.block_hash is not None)
+
     def own_tokens(self, request: Request, pinned_pages: int) -> int:
         """Tokens the request will hold in pages of its own, given ``pinned_pages``
         leading pages that others hold."""

@@ -210,6 +210,8 @@ class ProximaSchedulerMixin:
         else:
             stats = self._paged_stats()
         stats.update(self.admission.stats())
+        if not self.running:  # nothing resident: nothing projected
+            stats["projected_peak_pages"] = 0
         stats.update(
             steps=self._steps,
             schedule_seconds=self._schedule_s,
@@ -221,13 +223,21 @@ class ProximaSchedulerMixin:
         view = self.residency_view
         if not isinstance(view, PagedResidency):
             return {}
+        # Cached pages nobody holds: one pass over the pool, every 16th step and
+        # whenever nothing runs (so the idle figures are exact, not a step late).
+        if self._stats_calls % 16 == 0 or not self.running:
+            self._slow_stats = {"evictable_pages": view.evictable_pages()}
+        self._stats_calls += 1
+        page = view.page_size
         total = view.pool.num_gpu_blocks - 1
         held = view.held_pages()
+        cached = min(int(self._slow_stats.get("evictable_pages", 0)), total - held)
         return {
-            "page_size": view.page_size,
-            "slots_total": total * view.page_size,
-            "slots_used": held * view.page_size,
-            "slots_free": (total - held) * view.page_size,
+            "page_size": page,
+            "slots_total": total * page,
+            "slots_used": held * page,
+            "slots_cached": cached * page,
+            "slots_free": (total - held - cached) * page,
         }
 
     def _token_stats(self, manager: ProximaKVCacheManager) -> dict[str, float]:
@@ -238,13 +248,21 @@ class ProximaSchedulerMixin:
             self._slow_stats = {"stranded_block16": manager.stranded_by_block16()}
             if manager.cache is not None:
                 self._slow_stats.update(manager.cache_stats())
+            self._slow_stats["evictable"] = (
+                manager.cache.num_evictable_slots if manager.cache is not None else 0
+            )
+        elif not self.running and manager.cache is not None:
+            self._slow_stats["evictable"] = manager.cache.num_evictable_slots
         self._stats_calls += 1
+        cached = int(self._slow_stats.get("evictable", 0))
+        used = max(0, pool.num_used - cached)
         return {
             "page_size": 1,
             "slots_total": pool.num_usable,
-            "slots_used": pool.num_used,
+            "slots_used": used,
+            "slots_cached": pool.num_used - used,
             "slots_free": pool.num_free,
-            **self._slow_stats,
+            **{k: v for k, v in self._slow_stats.items() if k != "evictable"},
         }
 
 
