@@ -80,6 +80,10 @@ class ResidencyView(Protocol):
         """Pages admission may plan for (the pool less reserved pages)."""
         ...
 
+    def held_pages(self) -> int:
+        """A lower bound of the pages resident requests hold now (0 if unknown)."""
+        ...
+
     def residents(self, running: list[Request], totals: NDArray[np.int64]) -> Residents:
         """Read the resident requests (remembered for :meth:`hit`); ``totals``: each
         one's ``num_tokens``, read once by the caller."""
@@ -110,6 +114,9 @@ class TokenResidency:
 
     def capacity(self) -> int:
         return self.manager.pool.num_usable - self.manager.watermark_slots
+
+    def held_pages(self) -> int:
+        return 0  # the pool's used slots include cached ones nobody holds
 
     def own_tokens(self, request: Request, pinned_pages: int) -> int:
         return request.num_tokens - pinned_pages

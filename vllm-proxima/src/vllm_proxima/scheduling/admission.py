@@ -105,12 +105,12 @@ def projected_peak(held: np.ndarray, remaining: np.ndarray, page_size: int = 1) 
         demand = np.cumsum(q[::-1])[::-1] + (big_q + (big_r > 0)) * alive
         return int(max(int(demand.max()), int(q.sum())))
     # at_least[j, t]: requests i >= j with m_i >= t (t = 0..B; t = B: none).
-    counts = np.zeros((n + 1, page_size + 1), dtype=np.int64)
-    np.add.at(counts, (np.arange(n), m), 1)
+    rows = np.arange(n)
+    counts = np.zeros((n, page_size + 1), dtype=np.int32)
+    counts[rows, m] = 1  # one residue per request
     counts = np.cumsum(counts[::-1], axis=0)[::-1]  # suffix over requests
     at_least = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1]  # suffix over residues
-    carry = at_least[np.arange(n), page_size - big_r]
-    carry = np.where(big_r > 0, carry, 0)
+    carry = at_least[rows, page_size - big_r]  # column B (R = 0) is all zeros
     demand = np.cumsum(q[::-1])[::-1] + big_q * alive + carry
     return int(max(int(demand.max()), int(q.sum())))
 
@@ -265,6 +265,11 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         # the sum of final sizes): admit in O(1), with no pass over the residents.
         self._worst: dict[str, int] = {}
         self._worst_sum = 0
+        # A request that failed by ``over`` pages fails again until departures free at
+        # least that many pages (residents only advance towards their finish; what
+        # departs frees at most its max_tokens pages): request id -> (over, _freed then).
+        self._freed = 0
+        self._failed: dict[str, tuple[int, int]] = {}
 
     def begin_step(self) -> None:
         self._held = None
@@ -345,14 +350,21 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         ):
             self._remember(request, worst)
             return "admit"
-        if self._held is None:
-            self._resident(running)
-        assert self._held is not None and self._remaining is not None
+        failed = self._failed.get(request.request_id)
+        if failed is not None and failed[0] > self._freed - failed[1]:
+            return self._defer(request)
         # Its own: all its tokens but the cached pages residents hold already. Those one
         # resident held alone become shared: out of that resident's own, into S.
         hit = self.view.hit(request, computed_blocks, num_computed_tokens)
         own = self.view.own_tokens(request, hit.pinned)
         page = self.view.page_size
+        if self.view.held_pages() + -(-own // page) > self._capacity():
+            # Cheap reject: the peak is at least what is held now plus its own pages
+            # (a full pool in a burst: no pass over the residents needed).
+            return self._defer(request)
+        if self._held is None:
+            self._resident(running)
+        assert self._held is not None and self._remaining is not None
         cand_rem = self._project_one(request, num_computed_tokens, self._queued)
         held = np.append(self._held, own)
         shared = self._shared
@@ -370,6 +382,13 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             self.last_projected_peak = peak
             self._remember(request, worst)
             return "admit"
+        # Between departures every resident only grows, so neither the peak nor its
+        # part within a horizon sliding forward can fall: remember by how much it failed.
+        self._failed[request.request_id] = (peak - self._capacity(), self._freed)
+        return self._defer(request)
+
+    def _defer(self, request: Request) -> Decision:
+        """Skip the request this step, or stop admitting when it waited long enough."""
         self.num_deferred += 1
         waited = self._deferrals.get(request.request_id, 0) + 1
         self._deferrals[request.request_id] = waited
@@ -393,9 +412,13 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._worst_sum += worst - self._worst.get(request.request_id, 0)
         self._worst[request.request_id] = worst
         self._deferrals.pop(request.request_id, None)
+        self._failed.pop(request.request_id, None)
 
     def _forget(self, request: Request) -> None:
-        self._worst_sum -= self._worst.pop(request.request_id, 0)
+        worst = self._worst.pop(request.request_id, 0)
+        self._worst_sum -= worst
+        self._freed += worst
+        self._failed.pop(request.request_id, None)
 
     def pick_victim(self, running: list[Request], req_index: int) -> int:
         """The unscheduled request whose KV is cheapest to recompute, sparing
