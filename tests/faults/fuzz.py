@@ -122,17 +122,23 @@ def replay(base_url: str, calls: list[Call], workers: int = 8) -> list[str]:
         return list(pool.map(lambda c: send(base_url, c), calls))
 
 
+def _server_error(status: str) -> bool:
+    """A 5xx, a timeout or a failed connection."""
+    return status.startswith("5") or not status.isdigit()
+
+
 def compare(
     calls: list[Call], statuses: dict[str, list[str]], stock: str, proxima: str
 ) -> dict[str, Any]:
-    """Status histograms per mode and endpoint, and every case whose statuses differ."""
+    """Status histograms per mode and endpoint, every case whose statuses differ, and every
+    case that got a 5xx (or no answer) from either server."""
     hist: dict[str, dict[str, dict[str, int]]] = {}
     for mode, got in statuses.items():
         per_path: dict[str, Counter[str]] = {}
         for call, status in zip(calls, got, strict=True):
             per_path.setdefault(call.path, Counter())[status] += 1
         hist[mode] = {p: dict(sorted(c.items())) for p, c in per_path.items()}
-    mismatches = [
+    rows = [
         {
             "path": call.path,
             "index": call.index,
@@ -142,13 +148,14 @@ def compare(
             "body": call.preview(),
         }
         for call, a, b in zip(calls, statuses[stock], statuses[proxima], strict=True)
-        if a != b
     ]
+    mismatches = [r for r in rows if r[stock] != r[proxima]]
     return {
         "cases": dict(Counter(c.path for c in calls)),
         "seed": SEED,
         "status_codes": hist,
         "mismatches": mismatches,
+        "server_errors": [r for r in rows if _server_error(r[stock]) or _server_error(r[proxima])],
         "proxima_5xx_where_stock_4xx": [
             m for m in mismatches if m[proxima].startswith("5") and m[stock].startswith("4")
         ],

@@ -1,6 +1,6 @@
 """Client-disconnect storms against a real CPU server, stock and both proxima layouts.
 
-300 requests (seeded, the same plan in every mode; see ``storm.py``), 48 in flight against a 4 MiB
+240 requests (seeded, the same plan in every mode; see ``storm.py``), 48 in flight against a 4 MiB
 KV cache, about 40 % of whose clients leave before the first token, mid-decode or at a random
 time. Afterwards: every request whose client stayed got its whole answer; the server still
 serves; once idle, nothing runs or waits and no KV is held (``vllm:kv_cache_usage_perc`` 0; in
@@ -21,7 +21,7 @@ from tests.faults.storm import make_plans, summarize, timed_storm
 
 pytestmark = [pytest.mark.server, pytest.mark.faults]
 
-NUM_REQUESTS = 300
+NUM_REQUESTS = 240
 CONCURRENCY = 48
 SEED = 20261203
 IDLE_TIMEOUT_S = 30.0
