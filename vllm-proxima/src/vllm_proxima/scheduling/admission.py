@@ -353,18 +353,28 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         failed = self._failed.get(request.request_id)
         if failed is not None and failed[0] > self._freed - failed[1]:
             return self._defer(request)
+        page = self.view.page_size
+        if (
+            self.view.held_pages()
+            + -(-request.num_tokens // page)
+            - self._max_hit_pages(computed_blocks, num_computed_tokens)
+            > self._capacity()
+        ):
+            # Cheap reject: the peak is at least what is held now plus its own pages
+            # (a full pool in a burst: no pass over the residents needed).
+            return self._defer(request)
+        # NOTE: the hit names residents by their index in this step's residents list, so
+        # the residents are read first (a list from an earlier step has other indices:
+        # a stale one debited the wrong resident or ran past the end).
+        if self._held is None:
+            self._resident(running)
+        assert self._held is not None and self._remaining is not None
         # Its own: all its tokens but the cached pages residents hold already. Those one
         # resident held alone become shared: out of that resident's own, into S.
         hit = self.view.hit(request, computed_blocks, num_computed_tokens)
         own = self.view.own_tokens(request, hit.pinned)
-        page = self.view.page_size
         if self.view.held_pages() + -(-own // page) > self._capacity():
-            # Cheap reject: the peak is at least what is held now plus its own pages
-            # (a full pool in a burst: no pass over the residents needed).
             return self._defer(request)
-        if self._held is None:
-            self._resident(running)
-        assert self._held is not None and self._remaining is not None
         cand_rem = self._project_one(request, num_computed_tokens, self._queued)
         held = np.append(self._held, own)
         shared = self._shared
@@ -386,6 +396,11 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         # part within a horizon sliding forward can fall: remember by how much it failed.
         self._failed[request.request_id] = (peak - self._capacity(), self._freed)
         return self._defer(request)
+
+    def _max_hit_pages(self, computed_blocks: Any, num_computed_tokens: int) -> int:
+        """An upper bound of the pages a prefix hit can spare the request: every
+        computed token's page (before the residency pass, which names their holders)."""
+        return -(-num_computed_tokens // self.view.page_size) if num_computed_tokens else 0
 
     def _defer(self, request: Request) -> Decision:
         """Skip the request this step, or stop admitting when it waited long enough."""
