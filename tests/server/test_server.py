@@ -188,6 +188,41 @@ def test_metrics_has_vllm_and_proxima_series(proxima_server: Server) -> None:
     assert total and float(total[0].rsplit(" ", 1)[1]) == (16 << 20) // 1024 - 128
 
 
+def test_metrics_has_every_dashboard_series(proxima_server: Server) -> None:
+    """Every series the Grafana dashboard queries is on the server's /metrics, except counters
+    that have not counted yet (prometheus_client shows a labelled counter from its first
+    increase) and the token layout's prefix counters (the paged layout's prefix cache is vLLM's,
+    counted by vllm:prefix_cache_*)."""
+    import re
+
+    from vllm_proxima.metrics import METRICS
+
+    dashboard = json.loads((REPO / "observability" / "grafana" / "proxima.json").read_text())
+    wanted = {
+        re.sub(r"_(bucket|sum|count)$", "", name)
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\b((?:vllm|proxima):[a-z0-9_]+)", target["expr"])
+    }
+    proxima_counters = {name for name, kind, _ in METRICS.values() if kind == "counter"}
+    proxima_server.post("/v1/completions", {"model": SERVED, "prompt": "dash", "max_tokens": 4})
+    present: set[str] = set()
+    for _ in range(20):
+        text = proxima_server.get("/metrics").decode()
+        present = {line.split("{", 1)[0].split(" ", 1)[0] for line in text.splitlines()}
+        present |= {re.sub(r"_(bucket|sum|count)$", "", n) for n in present}
+        if "proxima:kv_slots_free" in present:
+            break
+        time.sleep(0.5)
+    missing = {
+        n
+        for n in wanted - present
+        if n not in proxima_counters and not n.startswith("proxima:prefix_")
+    }
+    assert not missing, missing
+    assert {"proxima:kv_slots_used", "proxima:kv_slots_cached", "proxima:kv_slots_free"} <= present
+
+
 def test_vllm_cli_serve_with_proxima_off(tmp_path: Path) -> None:
     server = Server(
         [vllm_cli(), "serve", str(MODEL), *CPU_FLAGS, "--proxima", "off"], tmp_path / "off.log"

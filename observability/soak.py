@@ -1,0 +1,307 @@
+"""Overload soak: Poisson arrivals at a fixed rate against one server for a fixed time, sampled.
+
+Per mode (a server started per ``--mode``: ``off`` = ``--proxima off``, ``on`` = the defaults,
+or any extra arguments given after ``--``), sends completions with token-id prompts at
+``--rate`` requests per second (open loop: arrivals do not wait for answers) for ``--seconds``,
+then waits until every request has answered or its client timeout ran out, then until the
+server is idle. Every second it samples the server's ``/metrics`` (running, waiting, KV usage,
+proxima's held slots), the resident memory of the server's processes (API server, engine core,
+workers) and, where ``nvidia-smi`` exists, GPU memory. Writes ``soak.json`` (every request and
+sample, and the verdicts) and ``soak.png`` (P99 latency per 10 s window, queue length, memory).
+
+Verdicts per mode: every request answered 200 (no 5xx, no client timeout); held KV slots back to
+0 once idle (proxima modes); host RSS and GPU memory flat after warm-up (the last third's mean
+within ``--flat-tolerance`` of the middle third's).
+
+    python observability/soak.py --model models/tiny-llama --rate 20 --seconds 300 \\
+        --out build/soak -- --enforce-eager --dtype float32 --max-model-len 1024 \\
+        --kv-cache-memory-bytes 4194304
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+VOCAB = 1000
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(
+    model: str, mode: str, extra: list[str], log: Path
+) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+    argv += ["--served-model-name", "soak", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--disable-uvicorn-access-log", *extra]
+    if mode == "off":
+        argv += ["--proxima", "off"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", VLLM_HOST_IP="127.0.0.1")
+    proc = subprocess.Popen(
+        argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited ({proc.returncode}); see {log}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2):
+                return proc, url
+        except OSError:
+            time.sleep(1)
+    raise RuntimeError(f"server not healthy after 600 s; see {log}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def tree_rss_mib(pid: int) -> float:
+    """Resident memory of ``pid`` and its descendants (MiB), from /proc."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            total += int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+            for task in Path(f"/proc/{p}/task").iterdir():
+                kids = (task / "children").read_text().split()
+                todo.extend(int(k) for k in kids)
+        except (OSError, AttributeError):
+            continue
+    return total / 1024
+
+
+def gpu_used_mib() -> float | None:
+    if not shutil.which("nvidia-smi"):
+        return None
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    try:
+        return float(out.stdout.split()[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The gauges the soak follows, from /metrics (summed over label sets)."""
+    wanted = (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions_total",
+        "proxima:kv_slots_used",
+    )
+    out: dict[str, float] = {}
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        for line in resp.read().decode().splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in wanted:
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+async def one_request(
+    session: Any, url: str, rng: random.Random, timeout: float, t0: float
+) -> dict[str, Any]:
+    import aiohttp
+
+    body = {
+        "model": "soak",
+        "prompt": [rng.randrange(3, VOCAB) for _ in range(rng.randint(16, 400))],
+        "max_tokens": rng.randint(16, 256),
+        "ignore_eos": True,
+        "temperature": 0.8,
+    }
+    start = time.monotonic()
+    try:
+        async with session.post(
+            f"{url}/v1/completions", json=body, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as resp:
+            await resp.read()
+            status = str(resp.status)
+    except TimeoutError:
+        status = "timeout"
+    except Exception as e:  # a refused or reset connection
+        status = type(e).__name__
+    return {"sent": start - t0, "latency": time.monotonic() - start, "status": status}
+
+
+async def drive(url: str, proc: subprocess.Popen, args: argparse.Namespace) -> dict[str, Any]:
+    import aiohttp
+
+    rng = random.Random(args.seed)
+    t0 = time.monotonic()
+    samples: list[dict[str, Any]] = []
+    tasks: list[asyncio.Task] = []
+    done = asyncio.Event()
+
+    async def sampler() -> None:
+        while not done.is_set():
+            sample: dict[str, Any] = {"t": time.monotonic() - t0, "rss_mib": tree_rss_mib(proc.pid)}
+            sample["gpu_mib"] = gpu_used_mib()
+            try:
+                sample.update(await asyncio.to_thread(scrape, url))
+            except OSError as e:
+                sample["scrape_error"] = str(e)
+            samples.append(sample)
+            await asyncio.sleep(1.0)
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        sampling = asyncio.create_task(sampler())
+        next_at = 0.0
+        while next_at < args.seconds:
+            await asyncio.sleep(max(0.0, next_at - (time.monotonic() - t0)))
+            tasks.append(asyncio.create_task(one_request(session, url, rng, args.timeout, t0)))
+            next_at += rng.expovariate(args.rate)
+        results = await asyncio.gather(*tasks)
+        idle_deadline = time.monotonic() + 60
+        while time.monotonic() < idle_deadline:
+            last = samples[-1] if samples else {}
+            if not last.get("vllm:num_requests_running") and not last.get(
+                "vllm:num_requests_waiting"
+            ):
+                break
+            await asyncio.sleep(1.0)
+        await asyncio.sleep(3.0)  # a few idle samples
+        done.set()
+        await sampling
+    return {"requests": results, "samples": samples}
+
+
+def verdicts(run: dict[str, Any], mode: str, tolerance: float) -> dict[str, Any]:
+    statuses: dict[str, int] = {}
+    for r in run["requests"]:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    samples = run["samples"]
+    n = len(samples)
+
+    def mean(key: str, lo: int, hi: int) -> float | None:
+        vals = [s[key] for s in samples[lo:hi] if s.get(key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    flat = {}
+    for key in ("rss_mib", "gpu_mib"):
+        mid, last = mean(key, n // 3, 2 * n // 3), mean(key, 2 * n // 3, n)
+        flat[key] = (
+            None
+            if mid is None or last is None
+            else {"middle": mid, "last": last, "flat": abs(last - mid) <= tolerance * mid}
+        )
+    held_end = samples[-1].get("proxima:kv_slots_used") if samples else None
+    return {
+        "mode": mode,
+        "requests": len(run["requests"]),
+        "statuses": statuses,
+        "all_answered_200": set(statuses) == {"200"},
+        "held_slots_at_end": held_end,
+        "no_slot_leaked": mode == "off" or held_end == 0,
+        "memory": flat,
+        "preemptions": samples[-1].get("vllm:num_preemptions_total") if samples else None,
+        "max_waiting": max((s.get("vllm:num_requests_waiting", 0) for s in samples), default=0),
+    }
+
+
+def plot(runs: dict[str, dict[str, Any]], out: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
+    for mode, run in runs.items():
+        windows: dict[int, list[float]] = {}
+        for r in run["requests"]:
+            windows.setdefault(int(r["sent"] // 10), []).append(r["latency"])
+        xs = sorted(windows)
+        p99 = [sorted(windows[x])[max(0, int(0.99 * len(windows[x])) - 1)] for x in xs]
+        axes[0].plot([10 * x for x in xs], p99, label=mode)
+        ts = [s["t"] for s in run["samples"]]
+        axes[1].plot(
+            ts, [s.get("vllm:num_requests_waiting", 0) for s in run["samples"]], label=mode
+        )
+        axes[2].plot(ts, [s["rss_mib"] for s in run["samples"]], label=f"{mode} host RSS")
+        if any(s.get("gpu_mib") for s in run["samples"]):
+            axes[2].plot(ts, [s.get("gpu_mib") or 0 for s in run["samples"]], label=f"{mode} GPU")
+    for ax, name in zip(
+        axes,
+        ("P99 E2E latency (s), 10 s windows by send time", "requests waiting", "memory (MiB)"),
+        strict=True,
+    ):
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("seconds")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--modes", default="off,on")
+    parser.add_argument("--rate", type=float, required=True, help="requests per second")
+    parser.add_argument("--seconds", type=float, default=300)
+    parser.add_argument("--timeout", type=float, default=600, help="client timeout per request")
+    parser.add_argument("--flat-tolerance", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("server_args", nargs="*", help="after --: arguments for every server")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs, summary = {}, []
+    for mode in args.modes.split(","):
+        print(f"[soak] {mode}: starting the server", flush=True)
+        proc, url = start_server(args.model, mode, args.server_args, args.out / f"{mode}.log")
+        try:
+            print(f"[soak] {mode}: {args.rate} req/s for {args.seconds:.0f} s", flush=True)
+            runs[mode] = asyncio.run(drive(url, proc, args))
+        finally:
+            stop_server(proc)
+        summary.append(verdicts(runs[mode], mode, args.flat_tolerance))
+        print(f"[soak] {json.dumps(summary[-1])}", flush=True)
+    meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    (args.out / "soak.json").write_text(
+        json.dumps({"args": meta, "verdicts": summary, "runs": runs})
+    )
+    plot(runs, args.out / "soak.png", f"soak: {args.rate} req/s, {args.seconds:.0f} s per mode")
+    ok = all(v["all_answered_200"] and v["no_slot_leaked"] for v in summary)
+    print(f"[soak] {'PASS' if ok else 'FAIL'}: {args.out / 'soak.json'}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
