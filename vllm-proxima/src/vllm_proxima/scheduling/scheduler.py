@@ -188,7 +188,7 @@ class ProximaSchedulerMixin:
         ``vllm:prefix_cache_queries`` counts each admission once, as without proxima."""
         stats = getattr(self.kv_cache_manager, "prefix_cache_stats", None)
         view = self.residency_view
-        if stats is None or not isinstance(view, PagedResidency) or request.num_computed_tokens:
+        if stats is None or view is None or request.num_computed_tokens:
             return
         blocks = new_computed_blocks.blocks[0] if new_computed_blocks is not None else ()
         hits = len(blocks) * view.page_size
