@@ -48,6 +48,19 @@ def main(spec_path: str, out_path: str) -> None:
 
     scheduler._preempt_request = counting_preempt
 
+    drafts = {"steps": 0, "tokens": 0}
+    original_schedule = scheduler.schedule
+
+    def counting_schedule(*args: Any, **kwargs: Any) -> Any:
+        out = original_schedule(*args, **kwargs)
+        spec = getattr(out, "scheduled_spec_decode_tokens", None) or {}
+        if spec:
+            drafts["steps"] += 1
+            drafts["tokens"] += sum(len(t) for t in spec.values())
+        return out
+
+    scheduler.schedule = counting_schedule
+
     aborts = {int(k): int(v) for k, v in spec.get("abort_after_steps", {}).items()}
     outputs: dict[str, dict[str, Any]] = {}
     requests = spec["requests"]
@@ -103,6 +116,13 @@ def main(spec_path: str, out_path: str) -> None:
         "unfinished": engine.has_unfinished_requests(),
         "scheduler_cls": type(scheduler).__name__,
         "block_size": engine.vllm_config.cache_config.block_size,
+        # Speculative decoding: the draft slots the scheduler reserves per request, and the
+        # lookahead proxima's projection counts (None: no projection, e.g. stock).
+        "draft_tokens_scheduled": drafts["tokens"],
+        "num_lookahead_tokens": int(getattr(scheduler, "num_lookahead_tokens", 0) or 0),
+        "projected_lookahead": getattr(
+            getattr(scheduler, "residency_view", None), "lookahead_tokens", None
+        ),
     }
     manager = scheduler.kv_cache_manager
     pool = getattr(manager, "pool", None)
