@@ -119,6 +119,15 @@ def main(spec_path: str, out_path: str) -> None:
         # Speculative decoding: the draft slots the scheduler reserves per request, and the
         # lookahead proxima's projection counts (None: no projection, e.g. stock).
         "draft_tokens_scheduled": drafts["tokens"],
+        "kv_cache_specs": [
+            type(g.kv_cache_spec).__name__ for g in scheduler.kv_cache_config.kv_cache_groups
+        ],
+        # proxima: whether the projected-peak admission runs (None: left to vLLM's)
+        "projection": (
+            None
+            if not hasattr(scheduler, "residency_view")
+            else scheduler.residency_view is not None
+        ),
         "num_lookahead_tokens": int(getattr(scheduler, "num_lookahead_tokens", 0) or 0),
         "projected_lookahead": getattr(
             getattr(scheduler, "residency_view", None), "lookahead_tokens", None
