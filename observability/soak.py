@@ -178,7 +178,9 @@ async def drive(url: str, proc: subprocess.Popen, args: argparse.Namespace) -> d
             samples.append(sample)
             await asyncio.sleep(1.0)
 
-    connector = aiohttp.TCPConnector(limit=0)
+    # One connection per request: a kept-alive connection the server closes while idle
+    # (uvicorn: after 5 s) races the next request on it and fails it client-side.
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
     async with aiohttp.ClientSession(connector=connector) as session:
         sampling = asyncio.create_task(sampler())
         next_at = 0.0
