@@ -1,0 +1,487 @@
+"""Drive vLLM's real scheduler with a fake model: scheduling behaviour on a CPU.
+
+The scheduler (stock ``Scheduler`` at block size 16, or proxima's at block size
+1) runs unchanged; only the model is replaced by "every scheduled request whose
+prompt is complete samples one token". Scheduling is deterministic given the
+workload, so preemptions, recomputed tokens and residency per step match what
+the same workload produces on a GPU with synchronous scheduling. Time is
+counted in steps, not seconds.
+
+``python -m proxima_bench.sim.simulate --model models/tiny-llama --kv-slots 16384``
+prints one JSON line per configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class Workload:
+    """Requests submitted at step 0 (``arrival_step`` optional)."""
+
+    prompt_lens: list[int]
+    output_lens: list[int]
+    max_tokens: list[int]
+    arrival_steps: list[int] = field(default_factory=list)
+    # Explicit token ids (shared prefixes); None: random ids of prompt_lens.
+    prompts: list[list[int] | None] | None = None
+    # Chat turns: when request i finishes, chain[i] = (j, message) is submitted
+    # with prompt = i's prompt + i's output + message.
+    chain: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
+
+    @classmethod
+    def from_prompts(
+        cls,
+        prompts: list[list[int] | None],
+        output_lens: list[int],
+        chain: dict[int, tuple[int, list[int]]] | None = None,
+    ) -> Workload:
+        """Given token ids (``None`` for chat turns made at run time)."""
+        return cls(
+            [len(p) if p is not None else 0 for p in prompts],
+            list(output_lens),
+            list(output_lens),
+            [0] * len(prompts),
+            list(prompts),
+            dict(chain or {}),
+        )
+
+    @classmethod
+    def uniform(
+        cls,
+        n: int = 1000,
+        prompt: tuple[int, int] = (50, 200),
+        output: tuple[int, int] = (32, 256),
+        max_tokens_factor: float = 1.0,
+        seed: int = 0,
+    ) -> Workload:
+        """The brief's baseline: prompt U[50,200], output U[32,256], all at once."""
+        rng = np.random.default_rng(seed)
+        plens = rng.integers(prompt[0], prompt[1] + 1, size=n).tolist()
+        olens = rng.integers(output[0], output[1] + 1, size=n).tolist()
+        maxt = [int(np.ceil(o * max_tokens_factor)) for o in olens]
+        return cls(plens, olens, maxt, [0] * n)
+
+
+@dataclass(slots=True)
+class SimResult:
+    name: str
+    steps: int
+    finished: int
+    preemptions: int
+    recomputed_tokens: int  # computed tokens preemptions dropped (a resume may find some cached)
+    running_max: int
+    running_mean: float
+    peak_slots_used: int
+    capacity_slots: int
+    output_tokens: int
+    scheduler_s: float
+    per_step_us: float
+    busy_steps: int = 0
+    busy_schedule_us: float | None = None
+    busy_update_us: float | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache at first schedule
+    evicted_slots: int | None = None  # proxima's prefix cache (None: stock)
+    # Tokens the model computed other than decode steps: prompts not found in the
+    # cache, and what preempted requests recomputed on resuming. Measured per step.
+    prefill_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_scheduler(
+    model: str,
+    proxima: dict[str, Any] | None,
+    kv_slots: int,
+    max_num_seqs: int = 1024,
+    max_num_batched_tokens: int = 2048,
+    max_model_len: int = 4096,
+    parallel: dict[str, Any] | None = None,
+    prefix_caching: bool = False,
+) -> Any:
+    """A scheduler as the engine builds it: stock (``proxima=None``) at block
+    size 16, else proxima's (at block size 16 in the paged layout, 1 in
+    ``proxima["kv_layout"] == "token"``), over ``kv_slots`` token slots.
+
+    ``parallel``: ``ParallelConfig`` fields (tensor/pipeline/data parallel sizes and
+    ranks) for the engine this scheduler would serve; the default is one GPU.
+    ``prefix_caching``: vLLM's block-hash prefix caching (stock and the paged
+    layout), or the token layout's token-level sharing (its eviction policy from
+    ``proxima["evict"]``).
+    """
+    import torch
+    from vllm.config import (
+        CacheConfig,
+        ModelConfig,
+        ParallelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+    )
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    token = proxima is not None and proxima.get("kv_layout", "paged") == "token"
+    block_size = 1 if token else 16
+    num_blocks = kv_slots // block_size
+    model_config = ModelConfig(
+        model=model, dtype="float32", seed=0, max_model_len=max_model_len, skip_tokenizer_init=True
+    )
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=True,
+        async_scheduling=False,
+        is_encoder_decoder=False,
+        watermark=0.0,
+    )
+    cache_config = CacheConfig(
+        block_size=block_size,
+        cache_dtype="auto",
+        enable_prefix_caching=prefix_caching and not token,
+    )
+    additional = (
+        {
+            "proxima": {
+                "mode": "on",
+                "prefix_sharing": prefix_caching,
+                **proxima,
+                "kv_layout": "token" if token else "paged",
+            }
+        }
+        if proxima is not None
+        else {"proxima": {"mode": "off"}}
+    )
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config,
+        model_config=model_config,
+        cache_config=cache_config,
+        parallel_config=ParallelConfig(**(parallel or {})),
+        additional_config=additional,
+    )
+    spec = FullAttentionSpec(
+        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    cache_config.num_gpu_blocks = num_blocks
+    register_all_kvcache_specs(vllm_config)
+    kwargs = dict(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        block_size=block_size,
+        log_stats=True,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+    )
+    if proxima is None:
+        scheduler = Scheduler(**kwargs)
+    else:
+        from vllm_proxima.scheduling.scheduler import ProximaScheduler
+
+        scheduler = ProximaScheduler(**kwargs)
+    scheduler.use_v2_model_runner = False
+    scheduler.sim_block_hasher = None
+    if cache_config.enable_prefix_caching:
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
+        init_none_hash(hash_fn)
+        scheduler.sim_block_hasher = get_request_block_hasher(block_size, hash_fn)
+    return scheduler
+
+
+def simulate(
+    scheduler: Any,
+    workload: Workload,
+    name: str,
+    step_limit: int = 200_000,
+    busy_fraction: bool = False,
+    on_step: Callable[[Any], None] | None = None,
+) -> SimResult:
+    """Run the workload to completion; returns counts per run.
+
+    ``on_step`` sees every ``SchedulerOutput`` (what the engine would send its workers).
+    """
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    rng = np.random.default_rng(1)
+    chained = {j for j, _ in workload.chain.values()}
+    pending = sorted(
+        (i for i in range(len(workload.prompt_lens)) if i not in chained),
+        key=lambda i: (workload.arrival_steps[i] if workload.arrival_steps else 0, i),
+    )
+    arrival = workload.arrival_steps or [0] * len(workload.prompt_lens)
+    prompts: dict[int, list[int]] = {}
+    made: dict[str, Any] = {}  # request id -> Request, to read a finished turn's output
+    ready: list[int] = []  # chat turns whose previous turn finished
+    seen_new: set[str] = set()
+    cached_tokens = prompt_tokens = prefill_tokens = 0
+    cache = getattr(scheduler.kv_cache_manager, "cache", None)
+    evicted_before = cache.stats().evicted if cache is not None else 0
+    targets: dict[str, int] = {}
+    preemptions = 0
+    recomputed = 0
+    original_preempt = scheduler._preempt_request
+
+    def counting_preempt(request: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal preemptions, recomputed
+        preemptions += 1
+        recomputed += request.num_computed_tokens
+        return original_preempt(request, *args, **kwargs)
+
+    scheduler._preempt_request = counting_preempt
+    running_sum = 0
+    running_max = 0
+    peak_used = 0
+    finished = 0
+    output_tokens = 0
+    step = 0
+    sched_s = 0.0
+    next_pending = 0
+    busy_threshold = max(1, int(0.9 * len(pending))) if busy_fraction else 10**9
+    busy_sched_s = busy_update_s = 0.0
+    busy_steps = 0
+    while step < step_limit:
+        due: list[int] = []
+        while next_pending < len(pending) and arrival[pending[next_pending]] <= step:
+            due.append(pending[next_pending])
+            next_pending += 1
+        due += ready
+        ready = []
+        for i in due:
+            given = workload.prompts[i] if workload.prompts is not None else None
+            if i in prompts:
+                prompt = prompts[i]
+            elif given is not None:
+                prompt = list(given)
+            else:
+                prompt = rng.integers(3, 1000, size=workload.prompt_lens[i]).tolist()
+            prompts[i] = prompt
+            prompt_tokens += len(prompt)
+            params = SamplingParams(
+                temperature=0.0, max_tokens=workload.max_tokens[i], ignore_eos=True
+            )
+            request = Request(
+                request_id=str(i),
+                prompt_token_ids=prompt,
+                sampling_params=params,
+                pooling_params=None,
+                block_hasher=scheduler.sim_block_hasher,
+            )
+            targets[str(i)] = workload.output_lens[i]
+            made[str(i)] = request
+            scheduler.add_request(request)
+        if not scheduler.has_unfinished_requests() and next_pending >= len(pending) and not ready:
+            break
+        t0 = time.perf_counter()
+        out = scheduler.schedule()
+        t1 = time.perf_counter()
+        if on_step is not None:
+            on_step(out)
+        for new_req in out.scheduled_new_reqs:
+            if new_req.req_id not in seen_new:  # first schedule, not a resumption
+                seen_new.add(new_req.req_id)
+                cached_tokens += new_req.num_computed_tokens
+        if len(scheduler.running) >= busy_threshold:
+            busy_sched_s += t1 - t0
+            busy_steps += 1
+        req_ids: list[str] = []
+        sampled: list[list[int]] = []
+        stop_ids: list[str] = []
+        for rid, n in out.num_scheduled_tokens.items():
+            request = scheduler.requests[rid]
+            req_ids.append(rid)
+            # A decode step: one token after the last one computed, outputs begun.
+            if not (
+                n == 1
+                and request.num_output_tokens
+                and request.num_computed_tokens == request.num_tokens
+            ):
+                prefill_tokens += n
+            if request.num_computed_tokens >= request.num_tokens:
+                sampled.append([7])
+                if request.num_output_tokens + 1 >= targets[rid]:
+                    stop_ids.append(rid)
+            else:
+                sampled.append([])  # a prefill chunk: nothing sampled yet
+        model_output = ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={r: j for j, r in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            logprobs=None,
+            prompt_logprobs_dict={},
+            pooler_output=[],
+        )
+        t2 = time.perf_counter()
+        scheduler.update_from_output(out, model_output)
+        if len(scheduler.running) >= busy_threshold:
+            busy_update_s += time.perf_counter() - t2
+        # Requests whose true output ends before max_tokens stop "on EOS".
+        early = [r for r in stop_ids if r in scheduler.requests]
+        if early:
+            from vllm.v1.request import RequestStatus
+
+            scheduler.finish_requests(early, RequestStatus.FINISHED_STOPPED)
+        sched_s += time.perf_counter() - t0
+        for rid in req_ids:
+            if rid not in scheduler.requests and int(rid) in workload.chain:
+                j, message = workload.chain[int(rid)]
+                if j not in prompts:
+                    prompts[j] = prompts[int(rid)] + list(made[rid].output_token_ids) + message
+                    ready.append(j)
+        finished += len(stop_ids)
+        output_tokens += sum(1 for t in sampled if t)
+        n_running = len(scheduler.running)
+        running_sum += n_running
+        running_max = max(running_max, n_running)
+        manager = scheduler.kv_cache_manager
+        if hasattr(manager, "pool"):
+            used = manager.pool.num_used
+        else:
+            used = (
+                manager.block_pool.num_gpu_blocks - 1 - manager.block_pool.get_num_free_blocks()
+            ) * scheduler.block_size
+        peak_used = max(peak_used, used)
+        step += 1
+    capacity = (
+        scheduler.kv_cache_manager.pool.num_usable
+        if hasattr(scheduler.kv_cache_manager, "pool")
+        else (scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1) * scheduler.block_size
+    )
+    return SimResult(
+        name=name,
+        steps=step,
+        finished=finished,
+        preemptions=preemptions,
+        recomputed_tokens=recomputed,
+        running_max=running_max,
+        running_mean=round(running_sum / max(step, 1), 2),
+        peak_slots_used=peak_used,
+        capacity_slots=capacity,
+        output_tokens=output_tokens,
+        scheduler_s=round(sched_s, 3),
+        per_step_us=round(1e6 * sched_s / max(step, 1), 1),
+        busy_steps=busy_steps,
+        busy_schedule_us=round(1e6 * busy_sched_s / busy_steps, 1) if busy_steps else None,
+        busy_update_us=round(1e6 * busy_update_s / busy_steps, 1) if busy_steps else None,
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
+        prefill_tokens=prefill_tokens,
+        evicted_slots=cache.stats().evicted - evicted_before if cache is not None else None,
+    )
+
+
+CONFIGS: dict[str, dict[str, Any] | None] = {
+    "stock": None,
+    "proxima-stock": {"admission": "stock"},
+    "proxima-conservative": {"admission": "conservative"},
+    "proxima-adaptive": {"admission": "adaptive"},
+    "token-conservative": {"admission": "conservative", "kv_layout": "token"},
+    "token-adaptive": {"admission": "adaptive", "kv_layout": "token"},
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="models/tiny-llama")
+    parser.add_argument("--kv-slots", type=int, default=16384)
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--max-tokens-factor", type=float, default=1.0)
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--max-num-seqs", type=int, default=1024)
+    parser.add_argument("--overcommit", type=float, default=None)
+    parser.add_argument(
+        "--busy",
+        action="store_true",
+        help="time schedule() and update_from_output() only on steps with >= 90%% of the "
+        "requests running (use a KV pool large enough to hold them all)",
+    )
+    parser.add_argument("--output", default="32-256", help="output length range lo-hi")
+    parser.add_argument(
+        "--workload",
+        choices=["uniform", "sysprompt", "chat"],
+        default="uniform",
+        help="uniform: the brief's baseline; sysprompt: 8 shared system prompts; chat: "
+        "--requests/5 conversations of 5 turns (the engine A/B's runs of the same names)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--prefix-caching",
+        action="store_true",
+        help="stock: block-hash prefix caching (16-token blocks); proxima: token-level sharing",
+    )
+    parser.add_argument(
+        "--evict", default="lru", help="proxima: eviction policies, comma-separated (one run each)"
+    )
+    args = parser.parse_args(argv)
+    lo, hi = (int(x) for x in args.output.split("-"))
+    workload = make_workload(
+        args.workload, args.requests, (lo, hi), args.max_tokens_factor, args.seed
+    )
+    for name in args.configs.split(","):
+        proxima = CONFIGS[name]
+        if proxima is not None and args.overcommit is not None:
+            proxima = {**proxima, "overcommit": args.overcommit}
+        token = proxima is not None and proxima.get("kv_layout") == "token"
+        evicts = args.evict.split(",") if token and args.prefix_caching else [None]
+        for evict in evicts:
+            config = proxima if evict is None else {**(proxima or {}), "evict": evict}
+            scheduler = make_scheduler(
+                args.model,
+                config,
+                args.kv_slots,
+                max_num_seqs=args.max_num_seqs,
+                prefix_caching=args.prefix_caching,
+            )
+            label = name if evict is None else f"{name}-{evict}"
+            result = simulate(scheduler, workload, label, busy_fraction=args.busy)
+            print(json.dumps(result.to_dict()), flush=True)
+
+
+def make_workload(
+    kind: str,
+    requests: int,
+    output: tuple[int, int] = (32, 256),
+    max_tokens_factor: float = 1.0,
+    seed: int = 0,
+) -> Workload:
+    """The simulator's workloads by name (``uniform``, ``sysprompt``, ``chat``)."""
+    from proxima_bench.workloads.tokens import chat_workload, sysprompt_workload
+
+    if kind == "uniform":
+        return Workload.uniform(
+            requests, output=output, max_tokens_factor=max_tokens_factor, seed=seed
+        )
+    if kind == "sysprompt":
+        prompts, olens = sysprompt_workload(requests, seed, vocab=1000)
+        return Workload.from_prompts(list(prompts), olens)
+    if kind == "chat":
+        chat_prompts, olens, chain = chat_workload(max(1, requests // 5), seed, vocab=1000)
+        return Workload.from_prompts(chat_prompts, olens, chain)
+    raise ValueError(f"unknown workload {kind!r}")
+
+
+if __name__ == "__main__":
+    main()
