@@ -342,21 +342,27 @@ def _parse_dist(text: str, kind: str) -> tuple[str, list[float]]:
 
 
 def sample_dist(spec: tuple[str, list[float]], rng: np.random.Generator, n: int) -> np.ndarray:
-    """Draw from ``("uniform", [lo, hi])`` or ``("lognormal", [mu, sigma, lo?, hi?])``.
+    """Draw from ``("uniform", [lo, hi])`` or ``("lognormal", [mu, sigma, lo?, hi?])``,
+    through the workloads' length model (``proxima_bench.workloads.lengths``).
 
     Raises:
         PlannerError: bad parameters.
     """
+    from proxima_bench.workloads.lengths import LogNormal, WorkloadError, draw_uniform
+
     kind, v = spec
     if kind == "uniform":
         if len(v) != 2 or not 1 <= v[0] <= v[1]:
             raise PlannerError(f"uniform needs LO,HI with 1 <= LO <= HI; got {v}")
-        return rng.integers(int(v[0]), int(v[1]) + 1, size=n)
+        return draw_uniform(rng, (int(v[0]), int(v[1])), n)
     if len(v) not in (2, 4) or v[1] < 0:
         raise PlannerError(f"lognormal needs MU,SIGMA[,MIN,MAX]; got {v}")
     lo, hi = (v[2], v[3]) if len(v) == 4 else (1, math.inf)
-    x = np.rint(rng.lognormal(v[0], v[1], size=n))
-    return np.clip(x, max(1, lo), hi).astype(np.int64)
+    # The workloads' log-normal (bounds may be fractional or unbounded here).
+    try:
+        return LogNormal(v[0], v[1], max(1, lo), hi).draw(rng, n)  # type: ignore[arg-type]
+    except WorkloadError as e:
+        raise PlannerError(str(e)) from e
 
 
 # --------------------------------------------------------------------------

@@ -1,23 +1,39 @@
 """Token-id workloads shared by the engine A/B (GPU) and the scheduler simulator (CPU).
 
-Lengths are exact (token ids, no tokenizer); every generator is seeded.
+Lengths are exact (token ids, no tokenizer) and come from the one length model,
+:mod:`proxima_bench.workloads.lengths`: the ranges are its workloads' (``Baseline``,
+``SharedSystem``, ``Chat``) and every uniform draw goes through ``draw_uniform``.
+The draws are in a fixed order from one seeded generator, so a seed gives the
+same requests every time (and the same as before the benches shared the model).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from proxima_bench.workloads.lengths import Baseline, Chat, SharedSystem, draw_uniform
 
-def sysprompt_workload(n: int, seed: int, vocab: int = 32000) -> tuple[list[list[int]], list[int]]:
-    """Issue 8's (a): 8 system prompts of U[200,1000] tokens, user part U[20,200],
-    output U[32,256]; requests cycle through the system prompts in random order."""
+# Issue 8's (b) chats in token ids: 5 turns, no system part (the first turn is a
+# user message), user messages and outputs as the serving ``chat`` workload's.
+TOKEN_CHAT = Chat(turns=5)
+# Issue 8's (a): the serving ``shared-system`` workload's lengths.
+SYSPROMPT = SharedSystem()
+
+
+def sysprompt_workload(
+    n: int, seed: int, vocab: int = 32000, shape: SharedSystem = SYSPROMPT
+) -> tuple[list[list[int]], list[int]]:
+    """Issue 8's (a), ``shape``'s lengths (default: 8 system prompts of U[200,1000]
+    tokens, user part U[20,200], output U[32,256]); requests cycle through the
+    system prompts in random order."""
     rng = np.random.default_rng(seed)
     systems = [
-        rng.integers(3, vocab, size=int(k)).tolist() for k in rng.integers(200, 1001, size=8)
+        rng.integers(3, vocab, size=int(k)).tolist()
+        for k in draw_uniform(rng, shape.system, shape.num_systems)
     ]
-    which = rng.integers(0, 8, size=n)
-    users = rng.integers(20, 201, size=n)
-    olens = rng.integers(32, 257, size=n)
+    which = rng.integers(0, shape.num_systems, size=n)
+    users = draw_uniform(rng, shape.user, n)
+    olens = draw_uniform(rng, shape.output, n)
     prompts = [
         systems[int(w)] + rng.integers(3, vocab, size=int(u)).tolist()
         for w, u in zip(which, users, strict=True)
@@ -26,24 +42,26 @@ def sysprompt_workload(n: int, seed: int, vocab: int = 32000) -> tuple[list[list
 
 
 def chat_workload(
-    conversations: int, seed: int, turns: int = 5, vocab: int = 32000
+    conversations: int, seed: int, turns: int = TOKEN_CHAT.turns, vocab: int = 32000
 ) -> tuple[list[list[int] | None], list[int], dict[int, tuple[int, list[int]]]]:
     """Issue 8's (b): ``conversations`` chats of ``turns`` turns.
 
     Returns first-turn prompts (later turns ``None``: made when their previous turn
-    finishes), output lengths U[32,256], and ``{turn index: (next turn index, the
-    next user message)}``. User messages are U[20,100] tokens.
+    finishes), output lengths (``TOKEN_CHAT.output``, U[32,256]), and ``{turn
+    index: (next turn index, the next user message)}``. User messages are
+    ``TOKEN_CHAT.user`` (U[20,100]) tokens.
     """
     rng = np.random.default_rng(seed)
     n = conversations * turns
     prompts: list[list[int] | None] = [None] * n
     chain: dict[int, tuple[int, list[int]]] = {}
-    olens = [int(x) for x in rng.integers(32, 257, size=n)]
+    olens = [int(x) for x in draw_uniform(rng, TOKEN_CHAT.output, n)]
+    lo, hi = TOKEN_CHAT.user
     for c in range(conversations):
         first = c * turns
-        prompts[first] = rng.integers(3, vocab, size=int(rng.integers(20, 101))).tolist()
+        prompts[first] = rng.integers(3, vocab, size=int(rng.integers(lo, hi + 1))).tolist()
         for t in range(turns - 1):
-            message = rng.integers(3, vocab, size=int(rng.integers(20, 101))).tolist()
+            message = rng.integers(3, vocab, size=int(rng.integers(lo, hi + 1))).tolist()
             chain[first + t] = (first + t + 1, message)
     return prompts, olens, chain
 
@@ -51,13 +69,13 @@ def chat_workload(
 def workload(
     n: int,
     seed: int,
-    prompt: tuple[int, int] = (50, 200),
-    output: tuple[int, int] = (32, 256),
+    prompt: tuple[int, int] = Baseline.prompt,
+    output: tuple[int, int] = Baseline.output,
     vocab: int = 32000,
 ) -> tuple[list[list[int]], list[int]]:
     """The brief's baseline: prompts of U[prompt] token ids, output lengths U[output]."""
     rng = np.random.default_rng(seed)
-    plens = rng.integers(prompt[0], prompt[1] + 1, size=n)
-    olens = rng.integers(output[0], output[1] + 1, size=n)
+    plens = draw_uniform(rng, prompt, n)
+    olens = draw_uniform(rng, output, n)
     prompts = [rng.integers(3, vocab, size=int(k)).tolist() for k in plens]
     return prompts, [int(x) for x in olens]
