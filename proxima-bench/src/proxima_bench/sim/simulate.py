@@ -7,6 +7,14 @@ workload, so preemptions, recomputed tokens and residency per step match what
 the same workload produces on a GPU with synchronous scheduling. Time is
 counted in steps, not seconds.
 
+The harness drives the scheduler only through its public surface, as the engine
+core does: ``add_request``, ``schedule`` (timed at this call site), the
+``SchedulerOutput`` it returns (preemptions: ``preempted_req_ids``; computed
+tokens: ``num_computed_tokens`` of new and resumed requests), ``update_from_output``
+and the ``SchedulerStats`` it returns (``kv_cache_usage`` for the KV in use, and
+proxima's ``plugin_stats`` for prefix-cache evictions). Requests that end before
+``max_tokens`` stop on a stop token, as an EOS ends them in the engine.
+
 ``python -m proxima_bench.sim.simulate --model models/tiny-llama --kv-slots 16384``
 prints one JSON line per configuration.
 """
@@ -21,6 +29,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+from proxima_bench.workloads.lengths import Baseline
+
+STOP_TOKEN = 7  # what the fake model samples; ends requests whose output is under max_tokens
 
 
 @dataclass(slots=True)
@@ -58,15 +70,16 @@ class Workload:
     def uniform(
         cls,
         n: int = 1000,
-        prompt: tuple[int, int] = (50, 200),
-        output: tuple[int, int] = (32, 256),
+        prompt: tuple[int, int] = Baseline.prompt,
+        output: tuple[int, int] = Baseline.output,
         max_tokens_factor: float = 1.0,
         seed: int = 0,
     ) -> Workload:
-        """The brief's baseline: prompt U[50,200], output U[32,256], all at once."""
-        rng = np.random.default_rng(seed)
-        plens = rng.integers(prompt[0], prompt[1] + 1, size=n).tolist()
-        olens = rng.integers(output[0], output[1] + 1, size=n).tolist()
+        """The brief's baseline (the serving ``baseline`` workload's lengths): prompt
+        U[50,200], output U[32,256], all at once."""
+        requests = Baseline(prompt=prompt, output=output).sample(n, seed)
+        plens = [r.prompt_len for r in requests]
+        olens = [r.output_len for r in requests]
         maxt = [int(np.ceil(o * max_tokens_factor)) for o in olens]
         return cls(plens, olens, maxt, [0] * n)
 
@@ -238,20 +251,15 @@ def simulate(
     ready: list[int] = []  # chat turns whose previous turn finished
     seen_new: set[str] = set()
     cached_tokens = prompt_tokens = prefill_tokens = 0
-    cache = getattr(scheduler.kv_cache_manager, "cache", None)
-    evicted_before = cache.stats().evicted if cache is not None else 0
+    evicted: int | None = None  # proxima's prefix-cache evictions (plugin stats; None: stock)
     targets: dict[str, int] = {}
     preemptions = 0
     recomputed = 0
-    original_preempt = scheduler._preempt_request
-
-    def counting_preempt(request: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal preemptions, recomputed
-        preemptions += 1
-        recomputed += request.num_computed_tokens
-        return original_preempt(request, *args, **kwargs)
-
-    scheduler._preempt_request = counting_preempt
+    # Tokens each request has computed, as the scheduler outputs say (new and
+    # resumed requests carry their computed count; each step adds what it schedules).
+    computed: dict[str, int] = {}
+    # KV the harness configured: usable pages (the null page excluded) times the page size.
+    capacity = (scheduler.kv_cache_config.num_blocks - 1) * scheduler.block_size
     running_sum = 0
     running_max = 0
     peak_used = 0
@@ -280,8 +288,12 @@ def simulate(
                 prompt = rng.integers(3, 1000, size=workload.prompt_lens[i]).tolist()
             prompts[i] = prompt
             prompt_tokens += len(prompt)
+            stop: dict[str, Any] = {}
+            if workload.output_lens[i] < workload.max_tokens[i]:
+                # Ends "on EOS" at its true length: the stop token, once min_tokens are out.
+                stop = dict(stop_token_ids=[STOP_TOKEN], min_tokens=workload.output_lens[i])
             params = SamplingParams(
-                temperature=0.0, max_tokens=workload.max_tokens[i], ignore_eos=True
+                temperature=0.0, max_tokens=workload.max_tokens[i], ignore_eos=True, **stop
             )
             request = Request(
                 request_id=str(i),
@@ -300,16 +312,25 @@ def simulate(
         t1 = time.perf_counter()
         if on_step is not None:
             on_step(out)
+        for rid in out.preempted_req_ids or ():
+            preemptions += 1
+            recomputed += computed.pop(rid, 0)
         for new_req in out.scheduled_new_reqs:
+            computed[new_req.req_id] = new_req.num_computed_tokens
             if new_req.req_id not in seen_new:  # first schedule, not a resumption
                 seen_new.add(new_req.req_id)
                 cached_tokens += new_req.num_computed_tokens
+        resumed = out.scheduled_cached_reqs
+        for rid, base in zip(resumed.req_ids, resumed.num_computed_tokens, strict=True):
+            computed[rid] = base
+        for rid, n in out.num_scheduled_tokens.items():
+            computed[rid] = computed.get(rid, 0) + n
         if len(scheduler.running) >= busy_threshold:
             busy_sched_s += t1 - t0
             busy_steps += 1
         req_ids: list[str] = []
         sampled: list[list[int]] = []
-        stop_ids: list[str] = []
+        finishing = 0
         for rid, n in out.num_scheduled_tokens.items():
             request = scheduler.requests[rid]
             req_ids.append(rid)
@@ -321,9 +342,9 @@ def simulate(
             ):
                 prefill_tokens += n
             if request.num_computed_tokens >= request.num_tokens:
-                sampled.append([7])
+                sampled.append([STOP_TOKEN])
                 if request.num_output_tokens + 1 >= targets[rid]:
-                    stop_ids.append(rid)
+                    finishing += 1
             else:
                 sampled.append([])  # a prefill chunk: nothing sampled yet
         model_output = ModelRunnerOutput(
@@ -335,41 +356,35 @@ def simulate(
             pooler_output=[],
         )
         t2 = time.perf_counter()
-        scheduler.update_from_output(out, model_output)
+        engine_outputs = scheduler.update_from_output(out, model_output)
         if len(scheduler.running) >= busy_threshold:
             busy_update_s += time.perf_counter() - t2
-        # Requests whose true output ends before max_tokens stop "on EOS".
-        early = [r for r in stop_ids if r in scheduler.requests]
-        if early:
-            from vllm.v1.request import RequestStatus
-
-            scheduler.finish_requests(early, RequestStatus.FINISHED_STOPPED)
         sched_s += time.perf_counter() - t0
+        stats = next(
+            (o.scheduler_stats for o in engine_outputs.values() if o.scheduler_stats), None
+        )
         for rid in req_ids:
             if rid not in scheduler.requests and int(rid) in workload.chain:
                 j, message = workload.chain[int(rid)]
                 if j not in prompts:
                     prompts[j] = prompts[int(rid)] + list(made[rid].output_token_ids) + message
                     ready.append(j)
-        finished += len(stop_ids)
+        finished += finishing
         output_tokens += sum(1 for t in sampled if t)
         n_running = len(scheduler.running)
         running_sum += n_running
         running_max = max(running_max, n_running)
-        manager = scheduler.kv_cache_manager
-        if hasattr(manager, "pool"):
-            used = manager.pool.num_used
-        else:
-            used = (
-                manager.block_pool.num_gpu_blocks - 1 - manager.block_pool.get_num_free_blocks()
-            ) * scheduler.block_size
-        peak_used = max(peak_used, used)
+        if stats is not None:
+            # vllm:kv_cache_usage_perc: KV held by requests (cached KV eviction could free
+            # counts as free), a fraction of the usable pages.
+            peak_used = max(peak_used, round(stats.kv_cache_usage * capacity))
+            evicted = _add_evicted(evicted, stats.plugin_stats)
         step += 1
-    capacity = (
-        scheduler.kv_cache_manager.pool.num_usable
-        if hasattr(scheduler.kv_cache_manager, "pool")
-        else (scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1) * scheduler.block_size
-    )
+    # proxima refreshes its prefix-cache counters every other report; two more reports
+    # (every step reports once nothing runs) carry the increases of the last steps.
+    for _ in range(2):
+        final = scheduler.make_stats()
+        evicted = _add_evicted(evicted, final.plugin_stats if final is not None else None)
     return SimResult(
         name=name,
         steps=step,
@@ -389,8 +404,17 @@ def simulate(
         prompt_tokens=prompt_tokens,
         cached_tokens=cached_tokens,
         prefill_tokens=prefill_tokens,
-        evicted_slots=cache.stats().evicted - evicted_before if cache is not None else None,
+        evicted_slots=evicted,
     )
+
+
+def _add_evicted(total: int | None, plugin_stats: dict[str, Any] | None) -> int | None:
+    """Add a step's ``proxima:prefix_evicted_slots_total`` increase (reported by the
+    token layout's prefix cache; stock and the paged layout have none: None)."""
+    delta = ((plugin_stats or {}).get("proxima") or {}).get("evictions")
+    if delta is None:
+        return total
+    return (total or 0) + int(delta)
 
 
 CONFIGS: dict[str, dict[str, Any] | None] = {
