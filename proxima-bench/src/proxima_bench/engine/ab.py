@@ -31,6 +31,22 @@ tokens, slot use (tokens held / slots allocated by running requests) at the
 peak and on average, running requests max and time-weighted mean, preemptions
 and recomputed tokens, wall time, output tok/s, req/s, request latency and TTFT
 P50/P95, engine start time, scheduler CPU time per step.
+
+What the harness reads of the engine: the requests' outputs, and a stat logger
+(``proxima_bench.engine.stats``) that vLLM hands each step's ``SchedulerStats``
+and ``IterationStats``: preemptions, the KV in use (``kv_cache_usage``), proxima's
+prefix-cache evictions and scheduler counters. KV capacity and block size come
+from the engine's config.
+
+NOTE: figures with no public seam keep the narrowest access, marked
+``# private:`` where used: the computed tokens a preemption drops (a wrapper
+around ``Scheduler._preempt_request`` that only reads the request), scheduler time
+per step for stock vLLM (a timer around ``Scheduler.schedule``; proxima's own
+``proxima:schedule_seconds_total`` is reported beside it), tokens held versus
+KV allocated by running requests and the token layout's runs per request (read
+from the KV manager), stopping a request "on EOS" at its true length
+(``Scheduler.finish_requests``: aborting would not teach the adaptive policy),
+and switching the admission or eviction policy between runs on one engine.
 """
 
 from __future__ import annotations
@@ -45,6 +61,7 @@ from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
+from proxima_bench.engine.stats import stat_logger_factory  # noqa: E402
 from proxima_bench.workloads.tokens import (  # noqa: E402
     chat_workload,
     sysprompt_workload,
@@ -147,20 +164,23 @@ class Bench:
                 raise SystemExit("--evict compares the token layout's policies: --kv-layout token")
             options["kv_layout"] = layout
         kw["additional_config"] = {"proxima": options}
+        factory, loggers = stat_logger_factory()
         t0 = time.perf_counter()
-        self.engine = LLMEngine.from_engine_args(EngineArgs(**kw))
+        self.engine = LLMEngine.from_engine_args(EngineArgs(**kw), stat_loggers=[factory])
         info: dict[str, Any] = {"init_s": round(time.perf_counter() - t0, 2)}
-        core = self.engine.engine_core.engine_core
-        self.sched = core.scheduler
-        self.kvm = self.sched.kv_cache_manager
+        if len(loggers) != 1:
+            raise RuntimeError(f"expected one engine's stat logger, got {len(loggers)}")
+        self.stats = loggers[0]
         cfg = self.engine.vllm_config
         self.block_size = cfg.cache_config.block_size
         self.proxima = a.engine == "proxima"
-        self.token = hasattr(self.kvm, "pool")  # the token layout's slot pool
-        if self.token:
-            self.capacity = int(self.kvm.pool.num_usable)
-        else:
-            self.capacity = (self.kvm.block_pool.num_gpu_blocks - 1) * self.block_size
+        self.token = self.proxima and self.block_size == 1  # the token layout's 1-token pages
+        # Usable KV: the engine's pages less the null page, in tokens.
+        self.capacity = (int(cfg.cache_config.num_gpu_blocks) - 1) * self.block_size
+        # private: the scheduler and its KV manager, for the figures listed in the module doc.
+        core = self.engine.engine_core.engine_core
+        self.sched = core.scheduler
+        self.kvm = self.sched.kv_cache_manager
         backends = set()
         for layer in cfg.compilation_config.static_forward_context.values():
             be = getattr(layer, "attn_backend", None)
@@ -178,11 +198,11 @@ class Bench:
             cudagraph_mode=str(cfg.compilation_config.cudagraph_mode),
             scheduler_cls=type(self.sched).__name__,
         )
-        self.preempt = {"n": 0, "recomputed": 0}
+        self.preempt = {"recomputed": 0}
         original = self.sched._preempt_request
 
         def counting(request: Any, *args: Any, **kwargs: Any) -> Any:
-            self.preempt["n"] += 1
+            # private: no public figure says how many computed tokens a preemption drops.
             self.preempt["recomputed"] += request.num_computed_tokens
             return original(request, *args, **kwargs)
 
@@ -191,6 +211,7 @@ class Bench:
         self.sched_time = {"s": 0.0, "n": 0}
 
         def timed_schedule(*args: Any, **kwargs: Any) -> Any:
+            # private: stock vLLM reports no scheduler time; one timer for both engines.
             t = time.perf_counter()
             try:
                 return original_schedule(*args, **kwargs)
@@ -214,9 +235,9 @@ class Bench:
         )
 
     def evicted(self) -> int | None:
-        """Cached slots evicted so far (proxima's prefix cache; None for stock)."""
-        cache = getattr(self.kvm, "cache", None) if self.token else None
-        return None if cache is None else int(cache.stats().evicted)
+        """Cached slots evicted in this run (proxima's token-layout prefix cache, from
+        ``proxima:prefix_evicted_slots_total``; None where nothing reports it)."""
+        return self.stats.totals.evicted_slots
 
     def set_evict(self, policy: str) -> None:
         """Empty the prefix cache and rebuild it with another eviction policy."""
@@ -247,10 +268,9 @@ class Bench:
         return round(sum(runs) / max(1, len(runs)), 2)
 
     def used_slots(self) -> int:
-        if self.token:
-            return int(self.kvm.pool.num_used)
-        bp = self.kvm.block_pool
-        return (bp.num_gpu_blocks - 1 - bp.get_num_free_blocks()) * self.block_size
+        """KV in use after the last step (``vllm:kv_cache_usage_perc``: cached KV that
+        eviction could free counts as free), in tokens."""
+        return round(self.stats.totals.kv_usage_last * self.capacity)
 
     def run(
         self,
@@ -286,8 +306,8 @@ class Bench:
         # before it must not feed its hits).
         if self.a.prefix_caching and not engine.reset_prefix_cache():
             raise RuntimeError("could not empty the prefix cache before the run")
-        evicted_before = self.evicted()
-        self.preempt.update(n=0, recomputed=0)
+        self.stats.reset()
+        self.preempt.update(recomputed=0)
         self.sched_time.update(s=0.0, n=0)
         self.early_stops = 0
 
@@ -378,6 +398,7 @@ class Bench:
             )
         wall = time.perf_counter() - t_start
 
+        totals = self.stats.totals
         out_tokens = int(
             sum(min(p, o) if stop_early else p for p, o in zip(produced, olens, strict=True))
         )
@@ -404,7 +425,7 @@ class Bench:
             "output_tokens": out_tokens,
             "output_tok_per_s": round(out_tokens / wall, 1),
             "req_per_s": round(n / wall, 3),
-            "preemptions": self.preempt["n"],
+            "preemptions": totals.preemptions,
             "recomputed_tokens": self.preempt["recomputed"],
             "running_max": max((s[1] for s in steps), default=0),
             "running_time_weighted_mean": round(tw / max(wall, 1e-9), 2),
@@ -424,15 +445,19 @@ class Bench:
             - int(sum(cached)),
             "prefix_caching": bool(self.a.prefix_caching),
             "evict_policy": getattr(self, "evict_policy", None),
-            "prefix_evicted_slots": None
-            if evicted_before is None
-            else self.evicted() - evicted_before,
+            "prefix_evicted_slots": totals.evicted_slots,
             "slot_runs_per_request_mean": round(float(np.mean(runs_samples)), 2)
             if runs_samples
             else None,
             "schedule_ms_per_step": round(
                 1e3 * self.sched_time["s"] / max(1, self.sched_time["n"]), 4
             ),
+            # proxima's own counter (its steps; None for stock).
+            "proxima_schedule_ms_per_step": round(
+                1e3 * totals.proxima_schedule_s / totals.proxima_steps, 4
+            )
+            if totals.proxima_steps
+            else None,
         }
         with open(self.out / "results.jsonl", "a") as f:
             f.write(json.dumps(res) + "\n")
