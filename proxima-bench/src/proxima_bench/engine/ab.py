@@ -234,11 +234,6 @@ class Bench:
             self.sched.scheduler_config.max_num_batched_tokens,
         )
 
-    def evicted(self) -> int | None:
-        """Cached slots evicted in this run (proxima's token-layout prefix cache, from
-        ``proxima:prefix_evicted_slots_total``; None where nothing reports it)."""
-        return self.stats.totals.evicted_slots
-
     def set_evict(self, policy: str) -> None:
         """Empty the prefix cache and rebuild it with another eviction policy."""
         if getattr(self.kvm, "cache", None) is None:

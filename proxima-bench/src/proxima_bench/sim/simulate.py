@@ -211,16 +211,29 @@ def make_scheduler(
         from vllm_proxima.scheduling.scheduler import ProximaScheduler
 
         scheduler = ProximaScheduler(**kwargs)
+    # The outputs the V1 model runner consumes (what the fake model stands in for).
     scheduler.use_v2_model_runner = False
-    scheduler.sim_block_hasher = None
     if cache_config.enable_prefix_caching:
-        from vllm.utils.hashing import get_hash_fn_by_name
-        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.kv_cache_utils import init_none_hash
 
-        hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
-        init_none_hash(hash_fn)
-        scheduler.sim_block_hasher = get_request_block_hasher(block_size, hash_fn)
+        init_none_hash(_hash_fn(cache_config))  # as the engine core does once at start
     return scheduler
+
+
+def _hash_fn(cache_config: Any) -> Callable[[Any], bytes]:
+    from vllm.utils.hashing import get_hash_fn_by_name
+
+    return get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
+
+
+def block_hasher(scheduler: Any) -> Callable[[Any], Any] | None:
+    """The request block hasher the engine's front end would give each request, from
+    the scheduler's cache config (None without vLLM's block-hash prefix caching)."""
+    if not scheduler.cache_config.enable_prefix_caching:
+        return None
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher
+
+    return get_request_block_hasher(scheduler.block_size, _hash_fn(scheduler.cache_config))
 
 
 def simulate(
@@ -240,6 +253,7 @@ def simulate(
     from vllm.v1.request import Request
 
     rng = np.random.default_rng(1)
+    hasher = block_hasher(scheduler)
     chained = {j for j, _ in workload.chain.values()}
     pending = sorted(
         (i for i in range(len(workload.prompt_lens)) if i not in chained),
@@ -300,7 +314,7 @@ def simulate(
                 prompt_token_ids=prompt,
                 sampling_params=params,
                 pooling_params=None,
-                block_hasher=scheduler.sim_block_hasher,
+                block_hasher=hasher,
             )
             targets[str(i)] = workload.output_lens[i]
             made[str(i)] = request
