@@ -387,10 +387,8 @@ class Bench:
                 if r is not None:
                     runs_samples.append(r)
             held, alloc = self.held_and_alloc()
-            nw = len(self.sched.waiting) + len(self.sched.skipped_waiting)
-            steps.append(
-                (round(now, 4), len(self.sched.running), nw, self.used_slots(), held, alloc)
-            )
+            t = self.stats.totals  # as the engine reported the step (before early stops)
+            steps.append((round(now, 4), t.running, t.waiting, self.used_slots(), held, alloc))
         wall = time.perf_counter() - t_start
 
         totals = self.stats.totals

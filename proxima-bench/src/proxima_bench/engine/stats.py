@@ -5,9 +5,10 @@ end's ``IterationStats`` after each step (the figures behind ``vllm:*`` and,
 through ``plugin_stats``, proxima's ``proxima:*``). The harness registers one
 more logger (``LLMEngine.from_engine_args(..., stat_loggers=[...])``) and keeps
 per-run totals: preemptions (``vllm:num_preemptions``), the KV in use
-(``vllm:kv_cache_usage_perc``), proxima's prefix-cache evictions and scheduler
-time (``proxima:prefix_evicted_slots_total``, ``proxima:schedule_seconds_total``,
-``proxima:steps_total``).
+(``vllm:kv_cache_usage_perc``), requests running and waiting
+(``vllm:num_requests_running`` / ``_waiting``), proxima's prefix-cache evictions and
+scheduler time (``proxima:prefix_evicted_slots_total``,
+``proxima:schedule_seconds_total``, ``proxima:steps_total``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class RunTotals:
     preemptions: int = 0
     kv_usage_peak: float = 0.0
     kv_usage_last: float = 0.0
+    running: int = 0  # requests running and waiting after the last step
+    waiting: int = 0
     evicted_slots: int | None = None  # proxima's token layout with prefix caching
     proxima_schedule_s: float = 0.0
     proxima_steps: int = 0
@@ -69,6 +72,8 @@ class StepStats:
         if scheduler_stats is None:
             return
         t.kv_usage_last = float(scheduler_stats.kv_cache_usage)
+        t.running = int(scheduler_stats.num_running_reqs)
+        t.waiting = int(scheduler_stats.num_waiting_reqs + scheduler_stats.num_skipped_waiting_reqs)
         t.kv_usage_peak = max(t.kv_usage_peak, t.kv_usage_last)
         proxima = (scheduler_stats.plugin_stats or {}).get("proxima") or {}
         if "evictions" in proxima:  # counters arrive as increases
