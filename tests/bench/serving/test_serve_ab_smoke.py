@@ -146,7 +146,9 @@ def test_both_modes_served_every_request(smoke: dict[str, Any]) -> None:
             assert run["summary"]["peak_gpu_memory_mib"] is None  # no GPU here
     on_series = raw["modes"]["on"]["runs"][0]["metrics_series"]["values"]
     off_series = raw["modes"]["off"]["runs"][0]["metrics_series"]["values"]
-    assert max(v for v in on_series["proxima:kv_slots_total"] if v is not None) == 16383
+    # The paged layout (the default since it was made so): 16,384 slots are 128 CPU pages of
+    # 128 tokens, less vLLM's null page.
+    assert max(v for v in on_series["proxima:kv_slots_total"] if v is not None) == 127 * 128
     assert not any(name.startswith("proxima:") for name in off_series)
     assert "vllm:kv_cache_usage_perc" in on_series and "vllm:num_requests_running" in off_series
 
@@ -176,7 +178,8 @@ def test_planner_check_matches_the_servers_capacity(smoke: dict[str, Any]) -> No
 
     result = planner.check(smoke["raw"], trials=100)
     assert result["modes"]["on"]["capacity_match"] is True
-    assert result["modes"]["on"]["predicted_usable_tokens"] == 16383
+    assert result["modes"]["on"]["predicted_usable_tokens"] == 127 * 128  # paged: as stock
+    assert result["modes"]["on"]["layout"] == "proxima-paged"
     assert result["modes"]["off"]["capacity_match"] is True
     proc = subprocess.run(
         [

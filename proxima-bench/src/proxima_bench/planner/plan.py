@@ -721,10 +721,11 @@ def check(
         cache = (server.get("cache_config") or [{}])[0] if server.get("cache_config") else {}
         measured_block = int(cache["block_size"]) if cache.get("block_size") else None
         proxima = record.get("proxima") == "on"
+        # Proxima's token layout has 1-token slots; its paged layout (the default) holds
+        # vLLM's own pages, as stock does.
+        token = proxima and (measured_block == 1 or _arg(args, "--proxima-kv-layout") == "token")
         block = (
-            1
-            if proxima
-            else int(_arg(args, "--block-size") or measured_block or DEFAULT_BLOCK_SIZE)
+            1 if token else int(_arg(args, "--block-size") or measured_block or DEFAULT_BLOCK_SIZE)
         )
         kv_arg = _arg(args, "--kv-cache-memory-bytes")
         bpt = shape.kv_bytes_per_token(kv_dtype)
@@ -738,7 +739,7 @@ def check(
             )
         else:
             raise PlannerError(f"mode {label}: no --kv-cache-memory-bytes and no cache_config_info")
-        cap = proxima_capacity(kv_bytes, bpt) if proxima else stock_capacity(kv_bytes, bpt, block)
+        cap = proxima_capacity(kv_bytes, bpt) if token else stock_capacity(kv_bytes, bpt, block)
         measured_cap = None
         if proxima:
             totals = [
@@ -790,7 +791,7 @@ def check(
                 }
             )
         out["modes"][label] = {
-            "layout": "proxima" if proxima else "stock",
+            "layout": ("proxima-token" if token else "proxima-paged") if proxima else "stock",
             "block_size": block,
             "kv_bytes": kv_bytes,
             "kv_dtype": kv_dtype,
