@@ -4,7 +4,7 @@
 #   bash scripts/gpu_device.sh part1          # verify p1, unpack _C_stable_libtorch to /root/kit, report the host
 #   bash scripts/gpu_device.sh setup          # verify p2, unpack the tree, install the wheels (once per machine)
 #   bash scripts/gpu_device.sh env            # print the exports that put the bundle on PYTHONPATH
-# then e.g.:  eval "$(bash scripts/gpu_device.sh env)"; python3 -m vllm_proxima.bench.engine_ab ...
+# then e.g.:  eval "$(bash scripts/gpu_device.sh env)"; python3 -m proxima_bench.engine.ab ...
 set -uo pipefail
 KIT=${KIT:-.gpu-kit}
 ROOT=/root/proxima

@@ -15,7 +15,7 @@ mkdir -p "$W" "$OUTD"
 T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-560}
 eval "$(bash scripts/gpu_device.sh env)"
-export PYTHONPATH=$PWD/vllm-proxima/src:$PYTHONPATH   # this checkout's vllm_proxima wins over the bundle's
+export PYTHONPATH=$PWD/vllm-proxima/src:$PWD/proxima-bench/src:$PYTHONPATH   # this checkout's vllm_proxima and proxima_bench win over the bundle's
 LOG=$W/log.txt
 
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
@@ -28,7 +28,7 @@ engine() {  # engine NAME CAP ARGS...
   echo "=== $name (cap ${cap}s): $*" | tee -a "$LOG"
   local ts; ts=$(date +%s)
   # --budget-s: no new run starts once this much of the cap has passed (a run takes ~25 s).
-  timeout -k 5 "$cap" python3 -m vllm_proxima.bench.engine_ab --out-dir "$W" --budget-s $((cap - 30)) "$@" \
+  timeout -k 5 "$cap" python3 -m proxima_bench.engine.ab --out-dir "$W" --budget-s $((cap - 30)) "$@" \
     > "$W/$name.log" 2>&1
   local rc=$?
   echo "=== $name rc=$rc took $(( $(date +%s) - ts ))s" | tee -a "$LOG"
@@ -55,7 +55,7 @@ case $PLAN in
     ;;
   b)
     echo "=== kernels" | tee -a "$LOG"
-    timeout -k 5 90 python3 -m vllm_proxima.bench.kernels --out "$W/kernels.jsonl" > "$W/kernels.log" 2>&1
+    timeout -k 5 90 python3 -m proxima_bench.kernels.bench --out "$W/kernels.jsonl" > "$W/kernels.log" 2>&1
     echo "kernels rc=$?"; grep KERNEL "$W/kernels.log" | cut -c1-300; tail -3 "$W/kernels.log" | cut -c1-300
     engine proxima-b 190 --engine proxima --runs base:adaptive,mt4:adaptive,mt1.5:adaptive,parity:stock --tag b
     engine stock-fa3-b 75 --engine stock-fa3 --runs base --tag b
@@ -99,11 +99,11 @@ case $PLAN in
     # proxima; serve = the brief's workload (1,000 prompts would take ~2x the time: 400 per point),
     # serve-sharegpt = ShareGPT-like log-normal lengths (mean output 338 tokens, so from 32 up)
     if [ "$PLAN" = serve ]; then wl=baseline; conc=16,32,64,128,256; else wl=sharegpt; conc=32,64,128,256; fi
-    [ -d /tmp/llama-2-7b-shape ] || python3 -m vllm_proxima.bench.shape_model --shape llama-2-7b \
+    [ -d /tmp/llama-2-7b-shape ] || python3 -m proxima_bench.planner.shape_model --shape llama-2-7b \
       --tokenizer models/tiny-llama --out /tmp/llama-2-7b-shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
     l=$(left)
     echo "=== serve_ab $wl (cap $((l - 20))s)" | tee -a "$LOG"
-    timeout -k 10 $((l - 20)) python3 -m vllm_proxima.bench.serve_ab --model /tmp/llama-2-7b-shape \
+    timeout -k 10 $((l - 20)) python3 -m proxima_bench.serving.ab --model /tmp/llama-2-7b-shape \
       --server-args "--load-format dummy --dtype bfloat16 --max-model-len 4096 \
                      --kv-cache-memory-bytes 8589934592 --no-enable-prefix-caching" \
       --workload $wl --num-prompts 400 --concurrency $conc --server-timeout 240 \
@@ -114,11 +114,11 @@ case $PLAN in
   kernels)  # issue 13: attention kernels over 1- and 16-token pages, MHA/GQA-8/GQA-4, hd 64/128
     l=$(left)
     echo "=== kernels (cap $((l - 10))s)" | tee -a "$LOG"
-    timeout -k 5 $((l - 10)) python3 -m vllm_proxima.bench.kernels --out "$W/kernels.jsonl" \
+    timeout -k 5 $((l - 10)) python3 -m proxima_bench.kernels.bench --out "$W/kernels.jsonl" \
       --max-seconds $((l - 30)) > "$W/kernels.log" 2>&1
     echo "=== kernels rc=$?" | tee -a "$LOG"; grep SUMMARY "$W/kernels.log" | cut -c1-300
     tail -5 "$W/kernels.log" | cut -c1-300
-    python3 -m vllm_proxima.bench.kernels_report "$W/kernels.jsonl" --out "$W/kernels.md" > /dev/null 2>&1
+    python3 -m proxima_bench.kernels.report "$W/kernels.jsonl" --out "$W/kernels.md" > /dev/null 2>&1
     cp "$W/kernels.jsonl" "$W/kernels.md" "$OUTD/" 2>/dev/null
     ;;
   matrix-8b|matrix-7b|matrix-qwen)  # the workload matrix (bench.matrix): stock and proxima servers up at
@@ -129,13 +129,13 @@ case $PLAN in
       matrix-7b) shape=llama-2-7b; kvb=$((8 * 1024**3)) ;;
       matrix-qwen) shape=qwen2.5-7b; kvb=$((4 * 1024**3)) ;;
     esac
-    [ -d /tmp/$shape ] || python3 -m vllm_proxima.bench.shape_model --shape $shape \
+    [ -d /tmp/$shape ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
       --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
     l=$(left)
     # --budget-s: BUDGET_S - 30 counted from the plan's start (what is left now, minus 30 s to stop
     # both servers); the timeout is the hard cap.
     echo "=== matrix $shape (budget $((l - 30))s, cap $((l - 5))s)" | tee -a "$LOG"
-    timeout -k 10 $((l - 5)) python3 -m vllm_proxima.bench.matrix --model /tmp/$shape \
+    timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.matrix --model /tmp/$shape \
       --server-args "--load-format dummy --dtype bfloat16 --max-model-len 4096 \
                      --gpu-memory-utilization 0.42 --kv-cache-memory-bytes $kvb" \
       --points parity,mix-burst,mix-c32,longprompt-c32,mix-c64,sysprompt-c64,mix-c128,poisson,mixed-c64,longout-c64,chat-c64,mix-c1,mix-c8,mix-c256 \
@@ -149,11 +149,11 @@ case $PLAN in
     # stock; proxima (defaults); admit-stock (proxima's hooks, upstream's admission: the hooks' cost);
     # peak (projection over the whole future, --proxima-horizon 0: the horizon's effect)
     shape=llama-3-8b
-    [ -d /tmp/$shape ] || python3 -m vllm_proxima.bench.shape_model --shape $shape \
+    [ -d /tmp/$shape ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
       --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
     l=$(left)
     echo "=== attribution matrix $shape (budget $((l - 30))s)" | tee -a "$LOG"
-    timeout -k 10 $((l - 5)) python3 -m vllm_proxima.bench.matrix --model /tmp/$shape \
+    timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.matrix --model /tmp/$shape \
       --server-args "--load-format dummy --dtype bfloat16 --max-model-len 4096 \
                      --gpu-memory-utilization 0.22 --kv-cache-memory-bytes $((4 * 1024**3))" \
       --mode admit-stock='--proxima-admission stock' --mode peak='--proxima-horizon 0' \
@@ -164,9 +164,9 @@ case $PLAN in
     cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
     ;;
   tp2)  # issue 9: Llama-2-13B shape over 2 GPUs, stock vs proxima, same run; 16 GiB KV per rank
-    engine proxima-tp2 280 --engine proxima --model vllm-proxima/src/vllm_proxima/bench/models/llama-2-13b \
+    engine proxima-tp2 280 --engine proxima --model proxima-bench/src/proxima_bench/models/llama-2-13b \
       --tensor-parallel-size 2 --kv-bytes $((16 * 1024**3)) --runs base:adaptive --tag tp2
-    engine stock-fa3-tp2 240 --engine stock-fa3 --model vllm-proxima/src/vllm_proxima/bench/models/llama-2-13b \
+    engine stock-fa3-tp2 240 --engine stock-fa3 --model proxima-bench/src/proxima_bench/models/llama-2-13b \
       --tensor-parallel-size 2 --kv-bytes $((16 * 1024**3)) --runs base --tag tp2
     ;;
   ray)  # issue 9: vLLM's Ray executor with proxima on (one GPU is enough), then stock

@@ -6,7 +6,8 @@
 #   2. the pinned upstream CPU wheel, fetched by name from PyPI and checked against upstream.lock;
 #   3. the patch series applied to upstream's tree (build/vllm-src);
 #   4. our CPU wheel (dist/vllm-0.26.0+proxima.<VERSION>.cpu-*.whl), installed into the venv;
-#   5. the embedded tiny model (models/tiny-llama), made locally.
+#   5. the benchmarks (proxima-bench/), installed editable into the venv;
+#   6. the embedded tiny model (models/tiny-llama), made locally.
 # Each step is skipped when its inputs have not changed (stamps under .cache/stamps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +62,16 @@ if [ "$(cat "$STAMPS/wheel-$(basename "$VENV")" 2>/dev/null)" != "$want" ] \
   echo "$want" > "$STAMPS/wheel-$(basename "$VENV")"
 fi
 
-# 5. the embedded model
+# 5. the benchmarks (proxima-bench, their own distribution: tests and the bench CLIs import
+#    proxima_bench), installed editable so the checkout's source is what runs
+want=$(stamp_of proxima-bench/pyproject.toml)
+if [ "$(cat "$STAMPS/bench-$(basename "$VENV")" 2>/dev/null)" != "$want" ] \
+    || ! "$VENV/bin/python" -c "import proxima_bench" 2>/dev/null; then
+  log "installing proxima-bench (editable) into $VENV"
+  "$VENV/bin/pip" install -q --no-deps -e ./proxima-bench
+  echo "$want" > "$STAMPS/bench-$(basename "$VENV")"
+fi
+
+# 6. the embedded model
 "$VENV/bin/python" scripts/tiny_model.py --out models/tiny-llama >/dev/null
-log "ready in $(( $(date +%s) - t0 )) s: $("$VENV/bin/python" -c 'import importlib.metadata as m, vllm_proxima; print("vllm", m.version("vllm"), "| vllm_proxima", vllm_proxima.__version__)' 2>/dev/null)"
+log "ready in $(( $(date +%s) - t0 )) s: $("$VENV/bin/python" -c 'import importlib.metadata as m, vllm_proxima; print("vllm", m.version("vllm"), "| vllm_proxima", vllm_proxima.__version__, "| proxima-bench", m.version("proxima-bench"))' 2>/dev/null)"

@@ -12,7 +12,7 @@ bash scripts/setup.sh
 echo "[test] patch series round trip"
 python3 scripts/series.py check
 echo "[test] ruff"
-"$VENV/bin/ruff" check vllm-proxima/src scripts tests
+"$VENV/bin/ruff" check vllm-proxima/src proxima-bench/src scripts tests
 echo "[test] pytest"
 set +e
 # Container tests build images with podman (~10 min, needs podman): opt in with PROXIMA_CONTAINER_TESTS=1.

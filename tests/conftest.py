@@ -24,6 +24,18 @@ for key, value in {
 if str(REPO) not in sys.path:  # `tests.*` helpers
     sys.path.insert(0, str(REPO))
 
+# The benchmarks (tests/bench, the fault harness) import proxima_bench, its own
+# distribution: scripts/setup.sh installs it (editable); on a plain checkout the
+# source folder stands in, for this process and the bench CLIs the tests start.
+try:
+    import proxima_bench  # noqa: F401
+except ImportError:
+    BENCH_SRC = str(REPO / "proxima-bench" / "src")
+    sys.path.insert(0, BENCH_SRC)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (BENCH_SRC, os.environ.get("PYTHONPATH")) if p
+    )
+
 
 def _has_cuda() -> bool:
     try:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from proxima_bench.serving.server import Server
 from tests.faults.harness import require_vllm_and_model, start_server
-from vllm_proxima.bench.server import Server
 
 
 class ServerPool:

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vllm_proxima.bench.metrics_scrape import scrape
-from vllm_proxima.bench.server import Server, ServerError
+from proxima_bench.serving.metrics_scrape import scrape
+from proxima_bench.serving.server import Server, ServerError
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "models" / "tiny-llama"
@@ -263,7 +263,7 @@ def watch_until_exit(server: Server, timeout: float, every: float = 0.2) -> dict
 
 def group_alive_after(server: Server, timeout: float) -> bool:
     """Whether any process of the server's group is still alive ``timeout`` s after its exit."""
-    from vllm_proxima.bench.server import group_alive
+    from proxima_bench.serving.server import group_alive
 
     assert server.proc is not None
     deadline = time.monotonic() + timeout

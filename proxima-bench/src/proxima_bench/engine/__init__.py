@@ -1,0 +1,1 @@
+"""Engine A/B in one process: stock vs proxima through vLLM's ``LLMEngine`` (``ab``, ``report``)."""

@@ -1,0 +1,1 @@
+"""Attention kernel timing on a GPU (``bench``) and its tables (``report``)."""

@@ -1,0 +1,1 @@
+"""Capacity planning: ``plan`` (``python -m proxima_bench.planner``), ``shape_model``."""

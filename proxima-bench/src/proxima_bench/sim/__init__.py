@@ -1,0 +1,1 @@
+"""The scheduler simulator: vLLM's real scheduler, a fake model (``simulate``, ``report``)."""
