@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from vllm_proxima.bench.simulate import Workload, make_scheduler, simulate  # noqa: E402
+from proxima_bench.sim.simulate import Workload, make_scheduler, simulate  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-llama"
 pytestmark = pytest.mark.skipif(
