@@ -13,7 +13,7 @@ Verdicts per mode: every request answered 200 (no 5xx, no client timeout); held 
 0 once idle (proxima modes); host RSS and GPU memory flat after warm-up (the last third's mean
 within ``--flat-tolerance`` of the middle third's).
 
-    python observability/soak.py --model models/tiny-llama --rate 20 --seconds 300 \\
+    python -m proxima_bench.serving.soak --model models/tiny-llama --rate 20 --seconds 300 \\
         --out build/soak -- --enforce-eager --dtype float32 --max-model-len 1024 \\
         --kv-cache-memory-bytes 4194304
 """
@@ -36,7 +36,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
 VOCAB = 1000
 
 

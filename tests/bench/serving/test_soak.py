@@ -1,0 +1,48 @@
+"""The soak's verdicts and plot, from synthetic runs (the tool itself ran on a real server:
+docs/benchmarks/cpu-soak-2026-12-04/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from proxima_bench.serving.soak import plot, verdicts
+
+
+def run(statuses: list[str], rss: list[float], held_end: float | None) -> dict:
+    requests = [
+        {"sent": i * 0.5, "latency": 1.0 + i % 3, "status": s} for i, s in enumerate(statuses)
+    ]
+    samples = [
+        {"t": float(i), "rss_mib": r, "gpu_mib": None, "vllm:num_requests_waiting": i % 4}
+        for i, r in enumerate(rss)
+    ]
+    samples[-1]["proxima:kv_slots_used"] = held_end
+    return {"requests": requests, "samples": samples}
+
+
+def test_a_clean_run_passes() -> None:
+    v = verdicts(run(["200"] * 30, [1000.0] * 9, 0.0), "on", 0.05)
+    assert v["all_answered_200"] and v["no_slot_leaked"]
+    assert v["memory"]["rss_mib"]["flat"] and v["memory"]["gpu_mib"] is None
+    assert v["statuses"] == {"200": 30} and v["max_waiting"] == 3
+
+
+def test_errors_leaks_and_growth_fail() -> None:
+    v = verdicts(
+        run(["200", "500", "timeout"], [1000.0] * 3 + [1000.0] * 3 + [1200.0] * 3, 5.0), "on", 0.05
+    )
+    assert not v["all_answered_200"]
+    assert not v["no_slot_leaked"]  # held slots once idle
+    assert not v["memory"]["rss_mib"]["flat"]
+    # stock exports no held-slot gauge: no leak verdict to fail
+    assert verdicts(run(["200"], [1.0] * 3, None), "off", 0.05)["no_slot_leaked"]
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    out = tmp_path / "soak.png"
+    plot(
+        {"off": run(["200"] * 40, [10.0] * 5, None), "on": run(["200"] * 40, [11.0] * 5, 0.0)},
+        out,
+        "t",
+    )
+    assert out.read_bytes()[:4] == b"\x89PNG"
