@@ -477,19 +477,18 @@ def _admitted(m: Any, tokens: list[int]) -> Any:
     return r
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known issue (docs/faults.md): the token layout resets its prefix cache while "
-    "requests hold KV; upstream refuses (returns False) until every block is free",
-)
 def test_reset_prefix_cache_refuses_while_requests_hold_kv() -> None:
+    """As upstream's BlockPool: no reset while requests hold KV (docs/faults.md, issue 2)."""
     pytest.importorskip("vllm")
     from vllm_proxima.kv.manager import ProximaKVCacheManager
 
     m = ProximaKVCacheManager(num_slots=401, max_model_len=300, prefix_sharing=True)
     prompt = list(range(10, 40))
     running = _admitted(m, prompt)
-    reset = m.reset_prefix_cache()  # e.g. after a weight update (RLHF)
-    m.free(running)  # finishes: its KV, computed before the reset, is offered to the cache
+    assert not m.reset_prefix_cache()  # e.g. after a weight update (RLHF): refused
+    assert m.get_computed_blocks(_request([*prompt, 5]))[1] == 30  # nothing was reset
+    m.free(running)  # the scheduler preempts first (reset_running_requests=True) ...
+    assert m.reset_prefix_cache()  # ... and then the reset succeeds
     _, hit, _ = m.get_computed_blocks(_request([*prompt, 5]))
-    assert not reset and hit == 0, f"reset={reset}, then a hit of {hit} pre-reset tokens"
+    assert hit == 0, f"a hit of {hit} pre-reset tokens"
+    assert m.pool.num_free == m.pool.num_usable

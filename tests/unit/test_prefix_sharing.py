@@ -162,12 +162,27 @@ def test_usage_recount_on_a_large_pool_is_time_budgeted(monkeypatch: pytest.Monk
     monkeypatch.setattr(manager_mod.time, "monotonic", monotonic)
     m = ProximaKVCacheManager(num_slots=4097, max_model_len=300, prefix_sharing=True)
     r = request(list(range(1, 101)))
+    other = request(list(range(200, 250)))
     admit(m, r)
-    assert m.usage == pytest.approx(100 / 4096)  # changed: recounted, next one in 50 ms
-    m.free(r)  # all 100 only cached now
-    assert m.usage == pytest.approx(100 / 4096)  # within the budget: the last count stands
+    admit(m, other)
+    assert m.usage == pytest.approx(150 / 4096)  # changed: recounted, next one in 50 ms
+    m.free(r)  # its 100 only cached now
+    assert m.usage == pytest.approx(150 / 4096)  # within the budget: the last count stands
     now[0] += 0.05
-    assert m.usage == pytest.approx(0.0)  # recounted
+    assert m.usage == pytest.approx(50 / 4096)  # recounted
+    m.free(other)
+    assert m.usage == 0.0  # idle: exact at once, whatever the budget (docs/faults.md, issue 1)
+
+
+def test_usage_is_exact_when_idle_on_a_large_pool() -> None:
+    """docs/faults.md, issue 1: the last request's free left the gauge stale while idle."""
+    m = ProximaKVCacheManager(num_slots=4097, max_model_len=1024, prefix_sharing=True)
+    r = request(list(range(1, 101)))
+    admit(m, r)
+    assert m.usage == pytest.approx(100 / 4096)
+    m.free(r)  # idle: every used slot is cached and evictable
+    assert m.usage == 0.0
+    assert m.cache is not None and m.cache.num_evictable_slots == 100
 
 
 def test_lookup_stats_count_each_admission_once_and_whole() -> None:

@@ -11,6 +11,7 @@ No upstream block pool is built and there is no Python object per slot.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -22,6 +23,8 @@ from vllm_proxima.kv.slot_pool import SlotPool
 
 if TYPE_CHECKING:
     from vllm.v1.request import Request
+
+logger = logging.getLogger("vllm.proxima")
 
 _EMPTY = np.zeros(0, dtype=np.int32)
 USAGE_RECOUNT_FACTOR = 50.0
@@ -173,9 +176,13 @@ class ProximaKVCacheManager:
         call up to 1k slots; above, at most once per 50x its last duration (<= 2 % of
         the scheduler's time: every ~25 ms at 16k slots, ~100 ms at 128k). A call
         counter (every 4th call) spent ~125 us a step at 16k slots.
+        While no request holds slots every used slot is the cache's alone, so
+        evictable: 0.0, exact at once (the gauge is last set on an idle step).
         """
         if self.cache is None or not self.cache.num_cached_slots:
             return self.pool.usage
+        if not self.req_slots:
+            return 0.0
         if self._version != self._usage_key:
             now = time.monotonic()
             if self.pool.num_slots <= 1 << 10 or now >= self._usage_next:
@@ -475,11 +482,21 @@ class ProximaKVCacheManager:
         return stats
 
     def reset_prefix_cache(self) -> bool:
+        """Empty the prefix cache; ``False`` (and nothing done) while requests hold KV.
+
+        As upstream's ``BlockPool.reset_prefix_cache``: True means no KV computed
+        before the call is reusable, so the scheduler's
+        ``reset_prefix_cache(reset_running_requests=True)`` preempts first.
+        """
+        if self.req_slots:
+            logger.warning(
+                "Failed to reset prefix cache because some slots (%d requests) are not freed yet",
+                len(self.req_slots),
+            )
+            return False
         self._version += 1
         if self.cache is not None:
             self.cache.reset()
-            for held in self.req_slots.values():
-                held.cached = 0
         if self.log_stats and self.prefix_cache_stats is not None:
             self.prefix_cache_stats.reset = True
         return True
