@@ -427,7 +427,7 @@ class ManagerMachine(CountingMachine):
     def check_residency(self, holds: np.ndarray) -> None:
         """The admission's view of the residents against the model."""
         ids = [q.rid for q in self.running]
-        res = self.m.residency(ids)
+        res = self.m.residency_index.residency(ids)
         for k, q in enumerate(self.running):
             slots = np.asarray(self.m.get_block_ids(q.rid)[0], dtype=np.int64)
             assert res.held[k] == slots.size

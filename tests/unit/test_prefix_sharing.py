@@ -209,36 +209,36 @@ def test_residency_and_hit_holders_see_shared_prefixes() -> None:
     system = list(range(100, 140))  # 40 tokens
     a = request(system + [1, 2, 3])
     admit(m, a)
-    res = m.residency([a.request_id])
+    res = m.residency_index.residency([a.request_id])
     assert res.held.tolist() == [43] and res.alone.tolist() == [43]  # cached, only a holds
     assert res.shared == 0
     handle_a = int(res.handles[0])
     b = request(system + [7, 7])
     hit_b, n, _ = m.get_computed_blocks(b)
     assert n == 40
-    pinned, sole = m.hit_holders(hit_b.slots)
+    pinned, sole = m.residency_index.hit_holders(hit_b.slots)
     assert pinned == 40  # a holds all of them
     assert sole.tolist() == [handle_a] * 40  # a alone
     admit(m, b)
     # Now shared: neither holds the 40 system-prompt slots alone.
-    res = m.residency([a.request_id, b.request_id])
+    res = m.residency_index.residency([a.request_id, b.request_id])
     assert res.held.tolist() == [43, 42] and res.alone.tolist() == [3, 2]
     assert res.shared == 40  # once, not once per holder
     c = request(system + [8])
     hit_c, _, _ = m.get_computed_blocks(c)
-    pinned, sole = m.hit_holders(hit_c.slots)
+    pinned, sole = m.residency_index.hit_holders(hit_c.slots)
     assert pinned == 40 and sole.size == 0  # two residents hold them: in S already
     # A finished request's cached slots are nobody's: a hit on them pins new slots.
-    handle_b = int(m.residency([b.request_id]).handles[0])
+    handle_b = int(m.residency_index.residency([b.request_id]).handles[0])
     m.free(a)
     m.free(b)
-    res = m.residency([a.request_id, b.request_id])
+    res = m.residency_index.residency([a.request_id, b.request_id])
     assert res.shared == 0 and res.handles.tolist() == [-1, -1]
     hit_c, _, _ = m.get_computed_blocks(c)
-    assert m.hit_holders(hit_c.slots)[0] == 0
+    assert m.residency_index.hit_holders(hit_c.slots)[0] == 0
     # Handles are per residency: readmitted, a request gets a new one.
     admit(m, b)
-    assert int(m.residency([b.request_id]).handles[0]) > handle_b
+    assert int(m.residency_index.residency([b.request_id]).handles[0]) > handle_b
 
 
 @pytest.mark.parametrize("num_slots", [401, 100_001])  # pool pass; gather (few offered)
@@ -248,7 +248,7 @@ def test_residency_paths_agree(num_slots: int) -> None:
     a, b, c = request(system + [1, 2, 3]), request(system + [7, 7]), request(list(range(9, 29)))
     for r in (a, b, c):
         admit(m, r)
-    res = m.residency([a.request_id, b.request_id, c.request_id])
+    res = m.residency_index.residency([a.request_id, b.request_id, c.request_id])
     assert res.held.tolist() == [43, 42, 20] and res.alone.tolist() == [3, 2, 20]
     assert res.shared == 40
 
@@ -257,7 +257,7 @@ def test_residency_without_sharing_is_all_held_slots() -> None:
     m = make_manager(prefix_sharing=False)
     a = request(list(range(10, 30)))
     admit(m, a)
-    res = m.residency([a.request_id, "missing"])
+    res = m.residency_index.residency([a.request_id, "missing"])
     assert res.alone.tolist() == [20, 0] and res.held.tolist() == [20, 0] and res.shared == 0
 
 
@@ -270,7 +270,7 @@ def test_admission_counts_a_shared_system_prompt_once(num_slots: int, expect: st
     from vllm_proxima.scheduling.admission import ProjectedPeakPolicy
 
     m = make_manager(num_slots=num_slots)
-    policy = ProjectedPeakPolicy(TokenResidency(m))  # conservative: max_tokens as final
+    policy = ProjectedPeakPolicy(TokenResidency.of(m))  # conservative: max_tokens as final
     system = list(range(200, 300))
     a = request(system + list(range(1, 21)), max_tokens=50)
     admit(m, a)

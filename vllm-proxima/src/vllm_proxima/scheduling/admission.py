@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
     from vllm_proxima.config import ProximaConfig
-    from vllm_proxima.kv.residency import ResidencyView
+    from vllm_proxima.kv.residency import ResidencyView, Residents
 
 Decision = Literal["admit", "skip", "stop"]
 
@@ -248,6 +248,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self.chunk_tokens = max(1, chunk_tokens)  # prompt tokens prefilled per step at most
         if learn:
             self.name = "adaptive"
+        self._residents: Residents | None = None  # as read this step (None: not yet)
         self._held: np.ndarray | None = None  # tokens each resident holds alone
         self._remaining: np.ndarray | None = None
         self._shared = 0  # S: pinned pages that no single resident request holds alone
@@ -272,6 +273,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._failed: dict[str, tuple[int, int]] = {}
 
     def begin_step(self) -> None:
+        self._residents = None
         self._held = None
         self._skips = 0
 
@@ -290,7 +292,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             count=4 * n,
         ).reshape(n, 4)
         total, computed, generated, max_tokens = fields.T
-        res = self.view.residents(running, total)
+        res = self._residents = self.view.residents(running, total)
         self._held = res.own
         self._remaining = self._project(total, computed, generated, max_tokens)
         self._shared = res.shared
@@ -344,7 +346,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             return "stop"  # nothing left since the last failed attempt
         worst = self._worst_pages(request)
         if (
-            self._held is None
+            self._residents is None
             and len(running) <= len(self._worst)
             and self._worst_sum - self._worst.get(request.request_id, 0) + worst <= self._capacity()
         ):
@@ -354,21 +356,27 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         if failed is not None and failed[0] > self._freed - failed[1]:
             return self._defer(request)
         # Its own: all its tokens but the cached pages residents hold already. Those one
-        # resident held alone become shared: out of that resident's own, into S.
+        # resident held alone become shared: out of that resident's own, into S. The hit
+        # is read from the argument; placing it among the residents needs them read.
         hit = self.view.hit(request, computed_blocks, num_computed_tokens)
-        own = self.view.own_tokens(request, hit.pinned)
         page = self.view.page_size
-        if self.view.held_pages() + -(-own // page) > self._capacity():
+        if self.view.held_pages() + -(-self.view.own_tokens(request, hit.pinned) // page) > (
+            self._capacity()
+        ):
             # Cheap reject: the peak is at least what is held now plus its own pages
-            # (a full pool in a burst: no pass over the residents needed).
+            # (a full pool in a burst: no pass over the residents needed; ``hit.pinned``
+            # bounds what it shares from above, so its own pages from below).
             return self._defer(request)
-        if self._held is None:
+        if self._residents is None:
             self._resident(running)
-        assert self._held is not None and self._remaining is not None
+        assert self._residents is not None and self._held is not None
+        assert self._remaining is not None
+        pinned, moves = hit.against(self._residents)
+        own = self.view.own_tokens(request, pinned)
         cand_rem = self._project_one(request, num_computed_tokens, self._queued)
         held = np.append(self._held, own)
         shared = self._shared
-        for i, k in hit.moves:
+        for i, k in moves:
             held[i] -= page * k
             shared += k
         remaining = np.append(self._remaining, cand_rem)
@@ -402,9 +410,10 @@ class ProjectedPeakPolicy(AdmissionPolicy):
     def _worst_pages(self, request: Request) -> int:
         """Pages the request holds at its ``max_tokens`` (or the model length)."""
         page = self.view.page_size
-        tokens = min(
-            request.num_prompt_tokens + request.max_tokens, self.view.max_model_len
-        ) + getattr(self.view, "lookahead_tokens", 0)
+        tokens = (
+            min(request.num_prompt_tokens + request.max_tokens, self.view.max_model_len)
+            + self.view.lookahead_tokens
+        )
         return -(-tokens // page)
 
     def _remember(self, request: Request, worst: int) -> None:

@@ -95,7 +95,7 @@ class ProximaSchedulerMixin:
         manager: ProximaKVCacheManager | KVCacheManager
         if self.proxima_config.token_layout:
             manager = self._make_token_manager(vllm_config, kwargs)
-            self.residency_view = TokenResidency(manager)
+            self.residency_view = TokenResidency.of(manager)
         else:
             manager = super()._make_kv_cache_manager(**kwargs)  # type: ignore[misc]
             self.residency_view = self._paged_view(manager, kwargs["kv_cache_config"])
