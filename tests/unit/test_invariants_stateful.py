@@ -84,7 +84,7 @@ def pick(items: list[Any], i: int) -> Any:
 
 
 class SlotPoolMachine(CountingMachine):
-    """Random allocate / allocate_batch / free / incref runs against a refcount model."""
+    """Random allocate / free / incref runs against a refcount model."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -138,24 +138,6 @@ class SlotPoolMachine(CountingMachine):
         if in_place and n:
             assert slots[0] == after + 1 and SlotPool.runs(slots) == 1, "did not grow in place"
         self.holdings.append(slots.astype(np.int64))
-
-    @rule(
-        counts=st.lists(st.one_of(st.just(1), st.integers(0, 8)), min_size=1, max_size=6),
-        i=st.integers(0, 1 << 16),
-    )
-    def allocate_batch(self, counts: list[int], i: int) -> None:
-        SlotPoolMachine.ops += 1
-        afters = [self.last_of(i + k) for k in range(len(counts))]
-        got = self.p.allocate_batch(counts, afters)
-        if sum(counts) > self.model_free():
-            assert got is None
-            return
-        assert got is not None
-        slots, offsets = got
-        assert offsets.tolist() == np.concatenate(([0], np.cumsum(counts))).tolist()
-        self.take(slots)
-        for k in range(len(counts)):
-            self.holdings.append(slots[offsets[k] : offsets[k + 1]].astype(np.int64))
 
     @precondition(lambda self: self.holdings)
     @rule(i=st.integers(0, 1 << 16))
