@@ -14,7 +14,7 @@ Two layouts answer that:
 
 Both speak in **tokens** for what grows and in **pages** for what is shared, so the
 policy projects every layout with one formula
-(:func:`vllm_proxima.scheduling.admission.projected_peak`); a token layout is
+(:func:`vllm_proxima.scheduling.projection.projected_peak`); a token layout is
 the page size 1.
 """
 
