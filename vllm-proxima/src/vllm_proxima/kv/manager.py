@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from vllm_proxima.kv.manager_contract import SlotManagerContract
 from vllm_proxima.kv.radix import RadixCache
+from vllm_proxima.kv.slot_blocks import EMPTY_SLOTS, RequestSlots, SlotBlocks
 from vllm_proxima.kv.slot_pool import SlotPool
+from vllm_proxima.kv.token_figures import TokenLayoutFigures
 from vllm_proxima.kv.token_residency import TokenResidencyIndex
 
 if TYPE_CHECKING:
@@ -26,7 +29,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("vllm.proxima")
 
-_EMPTY = np.zeros(0, dtype=np.int32)
 USAGE_RECOUNT_FACTOR = 50.0
 """The evictable-slot recount waits this many times its own duration (<= 2 % of the time)."""
 
@@ -40,72 +42,7 @@ def _admitting_statuses() -> tuple[Any, ...]:
 _ADMITTING = _admitting_statuses()
 
 
-class SlotBlocks:
-    """Duck-types upstream's ``KVCacheBlocks`` for one KV cache group.
-
-    ``get_block_ids()`` returns the slot ids (one per token), which the model
-    runner appends to the request's row of the block table.
-    """
-
-    __slots__ = ("slots",)
-
-    def __init__(self, slots: NDArray[np.int32]) -> None:
-        self.slots = slots
-
-    @property
-    def blocks(self) -> tuple[NDArray[np.int32], ...]:
-        return (self.slots,)
-
-    def get_block_ids(self, allow_none: bool = False) -> tuple[list[int], ...] | None:
-        if allow_none and self.slots.size == 0:
-            return None
-        return (self.slots.tolist(),)
-
-    def get_unhashed_block_ids(self) -> list[int]:
-        return self.slots.tolist()
-
-    def get_unhashed_block_ids_all_groups(self) -> list[list[int]]:
-        return [self.slots.tolist()]
-
-    def new_empty(self) -> SlotBlocks:
-        return SlotBlocks(_EMPTY)
-
-    def __add__(self, other: SlotBlocks) -> SlotBlocks:
-        return SlotBlocks(np.concatenate((self.slots, other.slots)))
-
-    def __len__(self) -> int:
-        return int(self.slots.size)
-
-
-class _RequestSlots:
-    """A request's slot ids in token order, in a buffer grown by doubling."""
-
-    __slots__ = ("buf", "cached", "n")
-
-    def __init__(self) -> None:
-        self.buf = np.empty(64, dtype=np.int32)
-        self.n = 0
-        self.cached = 0  # leading tokens already offered to the prefix cache
-
-    def append(self, slots: NDArray[np.int32]) -> None:
-        end = self.n + slots.size
-        if end > self.buf.size:
-            grown = np.empty(max(end, 2 * self.buf.size), dtype=np.int32)
-            grown[: self.n] = self.buf[: self.n]
-            self.buf = grown
-        self.buf[self.n : end] = slots
-        self.n = end
-
-    @property
-    def slots(self) -> NDArray[np.int32]:
-        return self.buf[: self.n]
-
-    @property
-    def last(self) -> int:
-        return int(self.buf[self.n - 1]) if self.n else -1
-
-
-class ProximaKVCacheManager:
+class ProximaKVCacheManager(SlotManagerContract, TokenLayoutFigures):
     """KV cache manager over a global pool of 1-token slots.
 
     Args:
@@ -149,8 +86,8 @@ class ProximaKVCacheManager:
         self.watermark_slots = int(watermark * num_slots)
         self.capacity_slots = self.pool.num_usable - self.watermark_slots
         """Slots admission may plan for: the usable slots less the watermark."""
-        self.empty_kv_cache_blocks = SlotBlocks(_EMPTY)
-        self.req_slots: dict[str, _RequestSlots] = {}
+        self.empty_kv_cache_blocks = SlotBlocks(EMPTY_SLOTS)
+        self.req_slots: dict[str, RequestSlots] = {}
         # What admission reads: fed by this manager's events, never by its internals.
         self.residency_index = TokenResidencyIndex(num_slots, sharing=self.cache is not None)
         self.residency_index.cache_attached(self.cache.holders if self.cache else None)
@@ -190,36 +127,6 @@ class ProximaKVCacheManager:
             return None
         lora = request.lora_request.lora_int_id if request.lora_request else 0
         return (lora, request.cache_salt)
-
-    @property
-    def num_free_slots(self) -> int:
-        return self.pool.num_free
-
-    def num_slots_of(self, request_id: str) -> int:
-        held = self.req_slots.get(request_id)
-        return held.n if held is not None else 0
-
-    def cache_stats(self) -> dict[str, float]:
-        """Prefix-cache figures for ``proxima:*`` metrics (O(num_slots): call sparingly)."""
-        if self.cache is None:
-            return {}
-        st = self.cache.stats()
-        return {
-            "cached_slots": st.cached,
-            "shared_slots": st.shared,
-            "prefix_hits_tokens": st.hits,
-            "prefix_queries_tokens": st.queries,
-            "evictions": st.evicted,
-        }
-
-    def stranded_by_block16(self) -> int:
-        """Slots that block-16 rounding would leave empty right now."""
-        if not self.req_slots:
-            return 0
-        held = np.fromiter(
-            (r.n for r in self.req_slots.values()), dtype=np.int64, count=len(self.req_slots)
-        )
-        return int(((-held) % 16).sum())
 
     # ------------------------------------------------------------- allocation
     def get_computed_blocks(self, request: Request) -> tuple[SlotBlocks, int, int]:
@@ -288,7 +195,7 @@ class ProximaKVCacheManager:
             raise ValueError(
                 "num_new_tokens must be greater than 0 when there are no external computed tokens"
             )
-        hit = new_computed_blocks.slots if new_computed_blocks is not None else _EMPTY
+        hit = new_computed_blocks.slots if new_computed_blocks is not None else EMPTY_SLOTS
         have = (held.n if held is not None else 0) + hit.size
         computed = min(
             request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens,
@@ -314,7 +221,7 @@ class ProximaKVCacheManager:
     def _grow(
         self,
         request: Request,
-        held: _RequestSlots,
+        held: RequestSlots,
         num_new_tokens: int,
         num_lookahead_tokens: int,
         delay_cache_blocks: bool,
@@ -349,13 +256,13 @@ class ProximaKVCacheManager:
         return True
 
     def _take_hit(
-        self, request: Request, held: _RequestSlots | None, hit: NDArray[np.int32]
-    ) -> _RequestSlots:
+        self, request: Request, held: RequestSlots | None, hit: NDArray[np.int32]
+    ) -> RequestSlots:
         """The request's slot record (new at admission, its lookup then counted once),
         with the referenced ``hit`` appended and told to the cache's policy."""
         ns = self.namespace(request) if self.cache is not None else None
         if held is None:
-            held = self.req_slots[request.request_id] = _RequestSlots()
+            held = self.req_slots[request.request_id] = RequestSlots()
             self.residency_index.allocated(request.request_id, 0)
             if self.cache is not None and ns is not None and not request.skip_reading_prefix_cache:
                 # The admission of a request looked up (peeked) at in get_computed_blocks:
@@ -377,7 +284,7 @@ class ProximaKVCacheManager:
     def _append(
         self,
         request: Request,
-        held: _RequestSlots,
+        held: RequestSlots,
         k: int,
         num_tokens_after: int,
         delay_cache_blocks: bool,
@@ -417,38 +324,7 @@ class ProximaKVCacheManager:
         self.pool.free(held.slots)
         self.residency_index.freed(request.request_id)
 
-    # ------------------------------------------------------------ block ids
-    def get_blocks(self, request_id: str) -> SlotBlocks:
-        held = self.req_slots.get(request_id)
-        if held is None or held.n == 0:
-            return self.empty_kv_cache_blocks
-        return SlotBlocks(held.slots.copy())
-
-    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
-        return self.get_blocks(request_id).get_block_ids()
-
-    def get_block_ids_for_computed_tokens(
-        self, request_id: str, num_computed_tokens: int
-    ) -> tuple[list[int], ...]:
-        held = self.req_slots.get(request_id)
-        if held is None:
-            return ([],)
-        return (held.slots[:num_computed_tokens].tolist(),)
-
-    def create_kv_cache_blocks(self, blocks: tuple[Any, ...]) -> SlotBlocks:
-        slots = np.asarray(blocks[0], dtype=np.int32) if blocks else _EMPTY
-        return SlotBlocks(slots) if slots.size else self.empty_kv_cache_blocks
-
-    # ------------------------------------------------- prefix cache (none yet)
-    def make_prefix_cache_stats(self) -> Any:
-        if not self.log_stats:
-            return None
-        from vllm.v1.metrics.stats import PrefixCacheStats
-
-        stats = self.prefix_cache_stats
-        self.prefix_cache_stats = PrefixCacheStats()
-        return stats
-
+    # ------------------------------------------------------------ prefix cache
     def reset_prefix_cache(self) -> bool:
         """Empty the prefix cache; ``False`` (and nothing done) while requests hold KV.
 
@@ -486,9 +362,6 @@ class ProximaKVCacheManager:
         self.cache = RadixCache(self.pool, policy, debug=self.pool.debug)
         self.residency_index.cache_attached(self.cache.holders)
 
-    def estimate_cached_tokens(self, request: Request) -> int:
-        return 0
-
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Offer the request's prompt to the cache as its chunks are scheduled.
 
@@ -502,7 +375,7 @@ class ProximaKVCacheManager:
             return
         self._offer(request, held, min(num_computed_tokens, request.num_prompt_tokens))
 
-    def _offer(self, request: Request, held: _RequestSlots, num_tokens: int) -> None:
+    def _offer(self, request: Request, held: RequestSlots, num_tokens: int) -> None:
         assert self.cache is not None
         n = min(num_tokens, held.n, request.num_tokens)
         if n <= held.cached:
@@ -514,39 +387,3 @@ class ProximaKVCacheManager:
         self.cache.insert(tokens, held.slots[:n], ns)
         self.residency_index.cached(request.request_id, held.slots[held.cached : n])
         held.cached = n
-
-    def remove_skipped_blocks(
-        self,
-        request_id: str,
-        processed_computed_tokens: int,
-        num_prompt_tokens: int | None = None,
-    ) -> None:
-        return None
-
-    def evict_blocks(self, block_ids: set[int]) -> None:
-        return None
-
-    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
-        # Cascade attention is not used with 1-token pages.
-        return [0]
-
-    # ----------------------------------------------------- step bookkeeping
-    def take_events(self) -> list[Any]:
-        return []
-
-    def take_new_block_ids(self) -> list[int]:
-        return []
-
-    def get_zeroing_block_ids_in_range(
-        self, request_id: str, start_token: int, end_token: int
-    ) -> list[int]:
-        return []
-
-    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
-        return None
-
-    def take_kv_cache_block_copies(self) -> tuple[list[Any], list[Any]]:
-        return [], []
-
-    def new_step_starts(self) -> None:
-        return None
