@@ -34,7 +34,7 @@ class SlotManagerContract:
         return SlotBlocks(held.slots.copy())
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
-        return self.get_blocks(request_id).get_block_ids()
+        return (self.get_blocks(request_id).slots.tolist(),)
 
     def get_block_ids_for_computed_tokens(
         self, request_id: str, num_computed_tokens: int

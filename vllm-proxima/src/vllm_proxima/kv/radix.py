@@ -43,13 +43,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 
 from vllm_proxima.kv.evict import make_policy
 from vllm_proxima.kv.radix_check import check_invariants
-from vllm_proxima.kv.radix_tree import _EMPTY, NDArrayI32, RadixTree, _common
+from vllm_proxima.kv.radix_tree import _EMPTY, NDArrayI32, RadixTree, _common, _Node
 from vllm_proxima.kv.slot_pool import SlotPool
 
 
@@ -261,9 +262,10 @@ class RadixCache(RadixTree):
         self._unpark(rc)
         freed, gone = 0, []
         while freed < num_slots:
-            node = self.policy.victim()
-            if node is None:
+            victim = self.policy.victim()
+            if victim is None:
                 break
+            node = cast("_Node", victim)  # the policy orders this tree's nodes only
             shared = rc[node.slots] != 1
             avail = int(shared[::-1].argmax()) if np.count_nonzero(shared) else shared.size
             keep = shared.size - avail
