@@ -301,3 +301,40 @@ def test_eviction_frees_a_batch_ahead_of_the_shortfall() -> None:
     running = request(list(range(600, 660)))  # fits in the slots freed ahead: no eviction
     admit(m, running)
     assert m.cache.stats().evicted == 68 + 64
+
+
+def test_residency_index_answers_from_events_alone() -> None:
+    """The index knows only what the manager told it: allocated, cached, freed."""
+    from vllm_proxima.kv.token_residency import TokenResidencyIndex
+
+    refs = np.zeros(16, dtype=np.int32)  # requests holding each slot (the cache's ref less)
+    index = TokenResidencyIndex(16, sharing=True)
+    index.cache_attached(lambda slots: refs if slots is None else refs[slots])
+    prompt = np.arange(1, 6, dtype=np.int32)
+    index.allocated("a", 7)  # a: 5 prompt slots (cached) + 2 of its own
+    index.cached("a", prompt)
+    refs[1:8] = 1
+    assert index.residency(["a"]).alone.tolist() == [7]
+    pinned, sole = index.hit_holders(prompt)  # b's hit would be a's prompt, a's alone
+    assert pinned == 5 and sole.tolist() == [index.handle_of("a")] * 5
+    index.allocated("b", 5)  # b took a's prompt as its hit
+    index.cached("b", prompt)
+    refs[1:6] = 2
+    res = index.residency(["a", "b"])
+    assert res.held.tolist() == [7, 5] and res.alone.tolist() == [2, 0] and res.shared == 5
+    pinned, sole = index.hit_holders(prompt)
+    assert pinned == 5 and not sole.size  # shared now: nobody holds it alone
+    index.freed("a")
+    refs[1:8] -= 1
+    res = index.residency(["a", "b"])
+    assert res.handles.tolist() == [-1, index.handle_of("b")] and res.alone.tolist() == [0, 5]
+
+
+def test_a_hit_is_placed_whatever_the_call_order() -> None:
+    """Hit.against resolves a hit from the residents it is given, not from an earlier call."""
+    from vllm_proxima.kv.residency import Hit, Residents
+
+    hit = Hit(pinned=10, sole=[("a", 4), ("gone", 3)])
+    residents = Residents(np.array([20, 30]), 6, {"b": 0, "a": 1})
+    assert hit.against(residents) == (7, [(1, 4)])  # "gone" unknown: charged again
+    assert Hit(5, []).against(residents) == (5, [])
