@@ -315,14 +315,15 @@ class ProximaKVCacheManager(SlotManagerContract, TokenLayoutFigures):
         request that resumes, or a next chat turn, finds them there.
         """
         held = self.req_slots.pop(request.request_id, None)
+        # First: what it offers now is nobody's once it is gone, so the index copies
+        # none of it (its owner entry would only ever be overwritten by a later hit).
+        self.residency_index.freed(request.request_id)
         if held is None or not held.n:
-            self.residency_index.freed(request.request_id)
             return
         self._version += 1
         if self.cache is not None:
             self._offer(request, held, request.num_computed_tokens)
         self.pool.free(held.slots)
-        self.residency_index.freed(request.request_id)
 
     # ------------------------------------------------------------ prefix cache
     def reset_prefix_cache(self) -> bool:
