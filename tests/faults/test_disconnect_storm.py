@@ -25,8 +25,9 @@ NUM_REQUESTS = 240
 CONCURRENCY = 48
 SEED = 20261203
 IDLE_TIMEOUT_S = 30.0
-KNOWN_STALE_USAGE = {"token"}
-"""Modes whose ``vllm:kv_cache_usage_perc`` may stay stale while idle (docs/faults.md, issue 1)."""
+KNOWN_STALE_USAGE: set[str] = set()
+"""Modes whose ``vllm:kv_cache_usage_perc`` may stay stale while idle (none since the token
+layout's fix of docs/faults.md, issue 1)."""
 
 
 def idle(m: dict[str, float]) -> bool:

@@ -49,7 +49,7 @@ def busy_pool(stride: int = 16) -> tuple[SlotPool, np.ndarray]:
     pool = SlotPool(N, stride=stride)
     last = np.array([pool.allocate(500)[-1] for _ in range(1000)], dtype=np.int64)
     for _ in range(20):
-        last = pool.allocate_batch(np.ones(1000, np.int32), last)[0].astype(np.int64)
+        last = np.array([pool.allocate(1, int(a))[0] for a in last], dtype=np.int64)
     return pool, last
 
 
@@ -75,21 +75,8 @@ def timings() -> None:
     def undo() -> None:
         pool.free(held.pop())
 
-    ones = np.ones(1000, np.int32)
     print(f"pool usage {pool.usage:.2f}")
     rows: list[tuple[str, Callable[[], None]]] = [
-        (
-            "allocate_batch 1000x1, extend",
-            keep(lambda: pool.allocate_batch(ones, last)),
-        ),
-        (
-            "allocate_batch 1000x1, all move",
-            keep(lambda: pool.allocate_batch(ones, last - 1)),
-        ),
-        (
-            "allocate_batch 1000x1, fresh",
-            keep(lambda: pool.allocate_batch(ones, np.full(1000, -1))),
-        ),
         ("allocate(150) fresh", keep(lambda: pool.allocate(150))),
         ("allocate(150, after) extend", keep(lambda: pool.allocate(150, N // 2))),
         (
@@ -102,20 +89,17 @@ def timings() -> None:
     for name, fn in rows:
         print(f"{name:32s} {best_us(fn, undo):7.1f} us")
 
-    ones200, fresh200 = np.ones(200, np.int32), np.full(200, -1)
     frees: list[tuple[str, Callable[[], np.ndarray]]] = [
         ("contiguous", lambda: pool.allocate(200)),
-        ("16 apart", lambda: pool.allocate_batch(ones200, fresh200)[0]),
         ("random order", lambda: np.random.permutation(pool.allocate(200))),
     ]
     for name, take in frees:
         print(f"free 200 slots, {name:16s} {best_free_us(pool, take):7.1f} us")
 
 
-def simulate(
-    stride: int, batch: bool, steps: int = 1000, lanes: int = 1000, out_max: int = 600
-) -> None:
-    """``lanes`` running requests with churn; decode via allocate_batch or allocate.
+def simulate(stride: int, steps: int = 1000, lanes: int = 1000, out_max: int = 600) -> None:
+    """``lanes`` running requests with churn; decode one ``allocate(1, after)`` per request
+    (as the KV manager's decode path).
 
     Each lane holds one request (prompt 50..1500 slots, 10..out_max decode steps);
     a finished request is freed and replaced at once while 5% of the pool is free.
@@ -144,10 +128,7 @@ def simulate(
         t1 = time.perf_counter()
         act = np.flatnonzero(left > 0)
         last = log[act, length[act] - 1].astype(np.int64)
-        if batch:
-            new = pool.allocate_batch(np.ones(act.size, np.int32), last)[0]
-        else:
-            new = np.array([pool.allocate(1, a)[0] for a in last.tolist()], np.int32)
+        new = np.array([pool.allocate(1, a)[0] for a in last.tolist()], np.int32)
         t2 = time.perf_counter()
         log[act, length[act]] = new
         length[act] += 1
@@ -160,7 +141,7 @@ def simulate(
             t["free"] += time.perf_counter() - t3
             length[i] = 0
         t["admit"], t["decode"] = t["admit"] + t1 - t0, t["decode"] + t2 - t1
-    mode = "allocate_batch" if batch else "allocate x N  "
+    mode = "allocate x N"
     print(
         f"out<={out_max:3d} stride={stride:3d} {mode}: slots/run "
         f"{tokens / runs:6.1f}; decode step {1e6 * t['decode'] / steps:6.0f} us; "
@@ -174,8 +155,7 @@ def main() -> None:
     print("\nsimulation: 1M slots, 1000 lanes, prompts 50..1500, outputs 10..out:")
     for out_max in (600, 60):
         for stride in (64, 1):
-            for batch in (True, False):
-                simulate(stride, batch, steps=600, out_max=out_max)
+            simulate(stride, steps=600, out_max=out_max)
 
 
 if __name__ == "__main__":

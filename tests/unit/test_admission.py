@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_proxima.scheduling.admission import OutputLengthModel, projected_peak
+from vllm_proxima.scheduling.lengths import OutputLengthModel
+from vllm_proxima.scheduling.projection import projected_peak
 
 
 def brute_force_peak(held: list[int], remaining: list[int], page: int = 1) -> int:
@@ -47,11 +48,11 @@ def test_projected_peak_in_pages_matches_brute_force(
 
 def test_projected_peak_bounds_huge_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the residue table's size it bounds each partial page by a whole one."""
-    from vllm_proxima.scheduling import admission
+    from vllm_proxima.scheduling import projection
 
     held, remaining = np.array([10, 30, 5]), np.array([7, 2, 40])
     exact = projected_peak(held, remaining, 16)
-    monkeypatch.setattr(admission, "MAX_RESIDUE_TABLE", 1)
+    monkeypatch.setattr(projection, "MAX_RESIDUE_TABLE", 1)
     bound = projected_peak(held, remaining, 16)
     assert exact <= bound <= exact + len(held)
 

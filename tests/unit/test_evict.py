@@ -15,23 +15,23 @@ from hypothesis import strategies as st
 
 try:
     from vllm_proxima.kv.evict import (
-        ARCPolicy,
         Entry,
         EvictionPolicy,
         LFUPolicy,
         LRUPolicy,
         make_policy,
     )
+    from vllm_proxima.kv.evict_arc import ARCPolicy
 except ImportError:  # running from a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "vllm-proxima" / "src"))
     from vllm_proxima.kv.evict import (
-        ARCPolicy,
         Entry,
         EvictionPolicy,
         LFUPolicy,
         LRUPolicy,
         make_policy,
     )
+    from vllm_proxima.kv.evict_arc import ARCPolicy
 
 
 @dataclass(slots=True, eq=False, kw_only=True)

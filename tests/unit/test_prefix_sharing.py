@@ -162,12 +162,27 @@ def test_usage_recount_on_a_large_pool_is_time_budgeted(monkeypatch: pytest.Monk
     monkeypatch.setattr(manager_mod.time, "monotonic", monotonic)
     m = ProximaKVCacheManager(num_slots=4097, max_model_len=300, prefix_sharing=True)
     r = request(list(range(1, 101)))
+    other = request(list(range(200, 250)))
     admit(m, r)
-    assert m.usage == pytest.approx(100 / 4096)  # changed: recounted, next one in 50 ms
-    m.free(r)  # all 100 only cached now
-    assert m.usage == pytest.approx(100 / 4096)  # within the budget: the last count stands
+    admit(m, other)
+    assert m.usage == pytest.approx(150 / 4096)  # changed: recounted, next one in 50 ms
+    m.free(r)  # its 100 only cached now
+    assert m.usage == pytest.approx(150 / 4096)  # within the budget: the last count stands
     now[0] += 0.05
-    assert m.usage == pytest.approx(0.0)  # recounted
+    assert m.usage == pytest.approx(50 / 4096)  # recounted
+    m.free(other)
+    assert m.usage == 0.0  # idle: exact at once, whatever the budget (docs/faults.md, issue 1)
+
+
+def test_usage_is_exact_when_idle_on_a_large_pool() -> None:
+    """docs/faults.md, issue 1: the last request's free left the gauge stale while idle."""
+    m = ProximaKVCacheManager(num_slots=4097, max_model_len=1024, prefix_sharing=True)
+    r = request(list(range(1, 101)))
+    admit(m, r)
+    assert m.usage == pytest.approx(100 / 4096)
+    m.free(r)  # idle: every used slot is cached and evictable
+    assert m.usage == 0.0
+    assert m.cache is not None and m.cache.num_evictable_slots == 100
 
 
 def test_lookup_stats_count_each_admission_once_and_whole() -> None:
@@ -194,36 +209,36 @@ def test_residency_and_hit_holders_see_shared_prefixes() -> None:
     system = list(range(100, 140))  # 40 tokens
     a = request(system + [1, 2, 3])
     admit(m, a)
-    res = m.residency([a.request_id])
+    res = m.residency_index.residency([a.request_id])
     assert res.held.tolist() == [43] and res.alone.tolist() == [43]  # cached, only a holds
     assert res.shared == 0
     handle_a = int(res.handles[0])
     b = request(system + [7, 7])
     hit_b, n, _ = m.get_computed_blocks(b)
     assert n == 40
-    pinned, sole = m.hit_holders(hit_b.slots)
+    pinned, sole = m.residency_index.hit_holders(hit_b.slots)
     assert pinned == 40  # a holds all of them
     assert sole.tolist() == [handle_a] * 40  # a alone
     admit(m, b)
     # Now shared: neither holds the 40 system-prompt slots alone.
-    res = m.residency([a.request_id, b.request_id])
+    res = m.residency_index.residency([a.request_id, b.request_id])
     assert res.held.tolist() == [43, 42] and res.alone.tolist() == [3, 2]
     assert res.shared == 40  # once, not once per holder
     c = request(system + [8])
     hit_c, _, _ = m.get_computed_blocks(c)
-    pinned, sole = m.hit_holders(hit_c.slots)
+    pinned, sole = m.residency_index.hit_holders(hit_c.slots)
     assert pinned == 40 and sole.size == 0  # two residents hold them: in S already
     # A finished request's cached slots are nobody's: a hit on them pins new slots.
-    handle_b = int(m.residency([b.request_id]).handles[0])
+    handle_b = int(m.residency_index.residency([b.request_id]).handles[0])
     m.free(a)
     m.free(b)
-    res = m.residency([a.request_id, b.request_id])
+    res = m.residency_index.residency([a.request_id, b.request_id])
     assert res.shared == 0 and res.handles.tolist() == [-1, -1]
     hit_c, _, _ = m.get_computed_blocks(c)
-    assert m.hit_holders(hit_c.slots)[0] == 0
+    assert m.residency_index.hit_holders(hit_c.slots)[0] == 0
     # Handles are per residency: readmitted, a request gets a new one.
     admit(m, b)
-    assert int(m.residency([b.request_id]).handles[0]) > handle_b
+    assert int(m.residency_index.residency([b.request_id]).handles[0]) > handle_b
 
 
 @pytest.mark.parametrize("num_slots", [401, 100_001])  # pool pass; gather (few offered)
@@ -233,7 +248,7 @@ def test_residency_paths_agree(num_slots: int) -> None:
     a, b, c = request(system + [1, 2, 3]), request(system + [7, 7]), request(list(range(9, 29)))
     for r in (a, b, c):
         admit(m, r)
-    res = m.residency([a.request_id, b.request_id, c.request_id])
+    res = m.residency_index.residency([a.request_id, b.request_id, c.request_id])
     assert res.held.tolist() == [43, 42, 20] and res.alone.tolist() == [3, 2, 20]
     assert res.shared == 40
 
@@ -242,7 +257,7 @@ def test_residency_without_sharing_is_all_held_slots() -> None:
     m = make_manager(prefix_sharing=False)
     a = request(list(range(10, 30)))
     admit(m, a)
-    res = m.residency([a.request_id, "missing"])
+    res = m.residency_index.residency([a.request_id, "missing"])
     assert res.alone.tolist() == [20, 0] and res.held.tolist() == [20, 0] and res.shared == 0
 
 
@@ -255,7 +270,7 @@ def test_admission_counts_a_shared_system_prompt_once(num_slots: int, expect: st
     from vllm_proxima.scheduling.admission import ProjectedPeakPolicy
 
     m = make_manager(num_slots=num_slots)
-    policy = ProjectedPeakPolicy(TokenResidency(m))  # conservative: max_tokens as final
+    policy = ProjectedPeakPolicy(TokenResidency.of(m))  # conservative: max_tokens as final
     system = list(range(200, 300))
     a = request(system + list(range(1, 21)), max_tokens=50)
     admit(m, a)
@@ -286,3 +301,40 @@ def test_eviction_frees_a_batch_ahead_of_the_shortfall() -> None:
     running = request(list(range(600, 660)))  # fits in the slots freed ahead: no eviction
     admit(m, running)
     assert m.cache.stats().evicted == 68 + 64
+
+
+def test_residency_index_answers_from_events_alone() -> None:
+    """The index knows only what the manager told it: allocated, cached, freed."""
+    from vllm_proxima.kv.token_residency import TokenResidencyIndex
+
+    refs = np.zeros(16, dtype=np.int32)  # requests holding each slot (the cache's ref less)
+    index = TokenResidencyIndex(16, sharing=True)
+    index.cache_attached(lambda slots: refs if slots is None else refs[slots])
+    prompt = np.arange(1, 6, dtype=np.int32)
+    index.allocated("a", 7)  # a: 5 prompt slots (cached) + 2 of its own
+    index.cached("a", prompt)
+    refs[1:8] = 1
+    assert index.residency(["a"]).alone.tolist() == [7]
+    pinned, sole = index.hit_holders(prompt)  # b's hit would be a's prompt, a's alone
+    assert pinned == 5 and sole.tolist() == [index.handle_of("a")] * 5
+    index.allocated("b", 5)  # b took a's prompt as its hit
+    index.cached("b", prompt)
+    refs[1:6] = 2
+    res = index.residency(["a", "b"])
+    assert res.held.tolist() == [7, 5] and res.alone.tolist() == [2, 0] and res.shared == 5
+    pinned, sole = index.hit_holders(prompt)
+    assert pinned == 5 and not sole.size  # shared now: nobody holds it alone
+    index.freed("a")
+    refs[1:8] -= 1
+    res = index.residency(["a", "b"])
+    assert res.handles.tolist() == [-1, index.handle_of("b")] and res.alone.tolist() == [0, 5]
+
+
+def test_a_hit_is_placed_whatever_the_call_order() -> None:
+    """Hit.against resolves a hit from the residents it is given, not from an earlier call."""
+    from vllm_proxima.kv.residency import Hit, Residents
+
+    hit = Hit(pinned=10, sole=[("a", 4), ("gone", 3)])
+    residents = Residents(np.array([20, 30]), 6, {"b": 0, "a": 1})
+    assert hit.against(residents) == (7, [(1, 4)])  # "gone" unknown: charged again
+    assert Hit(5, []).against(residents) == (5, [])

@@ -141,44 +141,25 @@ def test_duplicates_in_one_call_count_per_occurrence() -> None:
 
 def test_shortage_returns_none_without_change() -> None:
     pool = SlotPool(20, debug=True)
-    a = pool.allocate(15)
+    pool.allocate(15)
     before = snapshot(pool)
     assert pool.allocate(5) is None
-    assert pool.allocate_batch([1, 2, 2], [int(a[-1]), -1, -1]) is None
     after = snapshot(pool)
     assert np.array_equal(before[0], after[0]) and before[1] == after[1]
     assert pool.allocate(4) is not None and pool.num_free == 0
 
 
-def test_batch_offsets_and_decode() -> None:
-    pool = SlotPool(10_000, debug=True)
-    slots, offsets = pool.allocate_batch([1, 0, 3, 1], [-1, -1, -1, -1])
-    assert offsets.tolist() == [0, 1, 1, 4, 5] and np.unique(slots).size == 5
-    assert SlotPool.runs(slots[1:4]) == 1
-    # 100 packed prompts: only the last can continue; the others move, with room.
-    pool = SlotPool(10_000, debug=True)
-    lasts = np.array([pool.allocate(4)[-1] for _ in range(100)])
-    step, offsets = pool.allocate_batch(np.ones(100, np.int32), lasts)
-    assert offsets.tolist() == list(range(101))
-    assert np.count_nonzero(step == lasts + 1) == 1
-    again, _ = pool.allocate_batch(np.ones(100, np.int32), step)
-    assert np.array_equal(again, step + 1)  # all continue in place now
-
-
-def test_batch_shared_tail_goes_to_one_request() -> None:
-    pool = SlotPool(1000, debug=True)
-    a = pool.allocate(8)
-    pool.incref(a)
-    slots, _ = pool.allocate_batch([1, 1], [int(a[-1])] * 2)
-    assert np.unique(slots).size == 2 and int(a[-1]) + 1 in slots.tolist()
-
-
 def test_moved_requests_get_room_and_stride_one_packs() -> None:
-    for stride, gap in ((8, 8), (1, 1)):
-        pool = SlotPool(10_000, stride=stride, debug=True)
-        lasts = np.array([pool.allocate(3)[-1] for _ in range(20)])
-        step, _ = pool.allocate_batch(np.ones(20, np.int32), lasts)
-        assert np.all(np.diff(step[:-1]) == gap)
+    # 20 packed 3-slot prompts, then one decode slot each (as the KV manager's decode path).
+    pool = SlotPool(10_000, stride=8, debug=True)
+    lasts = [int(pool.allocate(3)[-1]) for _ in range(20)]
+    step = np.array([int(pool.allocate(1, after=last)[0]) for last in lasts])
+    assert step[-1] == lasts[-1] + 1  # the last prompt continues in place
+    assert np.all(np.diff(step[:-1]) == 9)  # the others move, each with 8 free slots to grow
+    pool = SlotPool(10_000, stride=1, debug=True)
+    lasts = [int(pool.allocate(3)[-1]) for _ in range(20)]
+    step = np.array([int(pool.allocate(1, after=last)[0]) for last in lasts])
+    assert np.all(np.diff(step) == 1)  # stride 1: moved requests pack
 
 
 def test_runs_metric() -> None:
@@ -198,7 +179,7 @@ def test_stack_rebuild_and_hints_survive_churn() -> None:
 
 # ------------------------------------------------------------------------ stateful
 class PoolMachine(RuleBasedStateMachine):
-    """Random allocate / allocate_batch / free / incref against a refcount model."""
+    """Random allocate / free / incref against a refcount model."""
 
     handles = Bundle("handles")  # each: the slots of one allocation (a tuple)
 
@@ -245,27 +226,6 @@ class PoolMachine(RuleBasedStateMachine):
         elif lowest_run(free, n) >= 0:
             assert SlotPool.runs(slots) <= 1
         return tuple(slots.tolist())
-
-    @rule(target=handles, data=st.data())
-    def allocate_batch(self, data: st.DataObject):
-        prevs = data.draw(st.lists(st.none() | self.handles, max_size=8))
-        counts = data.draw(st.lists(st.integers(0, 6), min_size=len(prevs), max_size=len(prevs)))
-        after = [p[-1] if p else -1 for p in prevs]
-        free = self._free_model()
-        out = self.pool.allocate_batch(np.array(counts, np.int32), np.array(after, np.int64))
-        if sum(counts) > free.sum():
-            assert out is None
-            return multiple()
-        slots, offsets = out
-        assert offsets.tolist() == np.concatenate([[0], np.cumsum(counts)]).tolist()
-        self._take(slots)
-        for i, a in enumerate(after):  # a lone 1-slot request continues in place
-            claim = [j for j, b in enumerate(after) if counts[j] == 1 and b == a]
-            if counts[i] == 1 and a >= 0 and a + 1 < free.size and free[a + 1] and claim == [i]:
-                assert slots[offsets[i]] == a + 1
-        return multiple(
-            *(tuple(slots[offsets[i] : offsets[i + 1]].tolist()) for i in range(len(counts)))
-        )
 
     @rule(target=handles, h=handles)
     def share(self, h: tuple[int, ...]):

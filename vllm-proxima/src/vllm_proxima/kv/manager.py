@@ -10,20 +10,25 @@ No upstream block pool is built and there is no Python object per slot.
 
 from __future__ import annotations
 
-import itertools
+import logging
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from vllm_proxima.kv.manager_contract import SlotManagerContract
 from vllm_proxima.kv.radix import RadixCache
+from vllm_proxima.kv.slot_blocks import EMPTY_SLOTS, RequestSlots, SlotBlocks
 from vllm_proxima.kv.slot_pool import SlotPool
+from vllm_proxima.kv.token_figures import TokenLayoutFigures
+from vllm_proxima.kv.token_residency import TokenResidencyIndex
 
 if TYPE_CHECKING:
     from vllm.v1.request import Request
 
-_EMPTY = np.zeros(0, dtype=np.int32)
+logger = logging.getLogger("vllm.proxima")
+
 USAGE_RECOUNT_FACTOR = 50.0
 """The evictable-slot recount waits this many times its own duration (<= 2 % of the time)."""
 
@@ -37,82 +42,7 @@ def _admitting_statuses() -> tuple[Any, ...]:
 _ADMITTING = _admitting_statuses()
 
 
-class SlotBlocks:
-    """Duck-types upstream's ``KVCacheBlocks`` for one KV cache group.
-
-    ``get_block_ids()`` returns the slot ids (one per token), which the model
-    runner appends to the request's row of the block table.
-    """
-
-    __slots__ = ("slots",)
-
-    def __init__(self, slots: NDArray[np.int32]) -> None:
-        self.slots = slots
-
-    @property
-    def blocks(self) -> tuple[NDArray[np.int32], ...]:
-        return (self.slots,)
-
-    def get_block_ids(self, allow_none: bool = False) -> tuple[list[int], ...] | None:
-        if allow_none and self.slots.size == 0:
-            return None
-        return (self.slots.tolist(),)
-
-    def get_unhashed_block_ids(self) -> list[int]:
-        return self.slots.tolist()
-
-    def get_unhashed_block_ids_all_groups(self) -> list[list[int]]:
-        return [self.slots.tolist()]
-
-    def new_empty(self) -> SlotBlocks:
-        return SlotBlocks(_EMPTY)
-
-    def __add__(self, other: SlotBlocks) -> SlotBlocks:
-        return SlotBlocks(np.concatenate((self.slots, other.slots)))
-
-    def __len__(self) -> int:
-        return int(self.slots.size)
-
-
-class Residency(NamedTuple):
-    """Resident requests as :meth:`ProximaKVCacheManager.residency` sees them."""
-
-    held: NDArray[np.int64]  # slots each holds
-    alone: NDArray[np.int64]  # of those, slots no other request holds
-    handles: NDArray[np.int64]  # residency handle (-1: holds no slots)
-    shared: int  # distinct slots two or more requests hold
-
-
-class _RequestSlots:
-    """A request's slot ids in token order, in a buffer grown by doubling."""
-
-    __slots__ = ("buf", "cached", "handle", "n")
-
-    def __init__(self, handle: int = -1) -> None:
-        self.buf = np.empty(64, dtype=np.int32)
-        self.n = 0
-        self.cached = 0  # leading tokens already offered to the prefix cache
-        self.handle = handle  # unique per residency (a resumed request gets a new one)
-
-    def append(self, slots: NDArray[np.int32]) -> None:
-        end = self.n + slots.size
-        if end > self.buf.size:
-            grown = np.empty(max(end, 2 * self.buf.size), dtype=np.int32)
-            grown[: self.n] = self.buf[: self.n]
-            self.buf = grown
-        self.buf[self.n : end] = slots
-        self.n = end
-
-    @property
-    def slots(self) -> NDArray[np.int32]:
-        return self.buf[: self.n]
-
-    @property
-    def last(self) -> int:
-        return int(self.buf[self.n - 1]) if self.n else -1
-
-
-class ProximaKVCacheManager:
+class ProximaKVCacheManager(SlotManagerContract, TokenLayoutFigures):
     """KV cache manager over a global pool of 1-token slots.
 
     Args:
@@ -154,13 +84,13 @@ class ProximaKVCacheManager:
         self._usage_next = 0.0  # time.monotonic() before which usage does not recount
         self._version = 0  # bumped by every change of the pool or the cache
         self.watermark_slots = int(watermark * num_slots)
-        self.empty_kv_cache_blocks = SlotBlocks(_EMPTY)
-        self.req_slots: dict[str, _RequestSlots] = {}
-        self._handles = itertools.count()
-        # A residency (handle) holding each cached slot: set when a request caches or
-        # hits it; read only for slots exactly one request holds (a stale entry names
-        # a finished request, and the admission policy then counts the slot twice).
-        self._owner = np.full(num_slots, -1, dtype=np.int64) if self.cache is not None else None
+        self.capacity_slots = self.pool.num_usable - self.watermark_slots
+        """Slots admission may plan for: the usable slots less the watermark."""
+        self.empty_kv_cache_blocks = SlotBlocks(EMPTY_SLOTS)
+        self.req_slots: dict[str, RequestSlots] = {}
+        # What admission reads: fed by this manager's events, never by its internals.
+        self.residency_index = TokenResidencyIndex(num_slots, sharing=self.cache is not None)
+        self.residency_index.cache_attached(self.cache.holders if self.cache else None)
 
     # ------------------------------------------------------------------ state
     @property
@@ -173,9 +103,13 @@ class ProximaKVCacheManager:
         call up to 1k slots; above, at most once per 50x its last duration (<= 2 % of
         the scheduler's time: every ~25 ms at 16k slots, ~100 ms at 128k). A call
         counter (every 4th call) spent ~125 us a step at 16k slots.
+        While no request holds slots every used slot is the cache's alone, so
+        evictable: 0.0, exact at once (the gauge is last set on an idle step).
         """
         if self.cache is None or not self.cache.num_cached_slots:
             return self.pool.usage
+        if not self.req_slots:
+            return 0.0
         if self._version != self._usage_key:
             now = time.monotonic()
             if self.pool.num_slots <= 1 << 10 or now >= self._usage_next:
@@ -185,66 +119,6 @@ class ProximaKVCacheManager:
         used = max(0, self.pool.num_used - self._evictable)
         return used / self.pool.num_usable
 
-    def residency(self, request_ids: list[str]) -> Residency:
-        """What the admission policy reads of the resident requests, in one pass.
-
-        Per request: slots held, slots held alone (no other request holds them) and
-        its residency handle; and the distinct slots two or more requests hold
-        (``shared``). Only slots a request offered to the cache (its first
-        ``cached``) can be shared: others reach slots through cache hits only.
-        Cost: one vectorised pass over the pool's refcounts and one gather over the
-        offered slots (duplicates included: a shared prefix once per holder); where the
-        offered slots are under 1/8 of the pool, one gather of their holders instead
-        (``shared`` then exact when every holder is listed).
-        NOTE: cached slots nobody holds above slots someone holds (a prefix computed
-        twice in one step, one copy cached, the other extended) are not counted.
-        """
-        n = len(request_ids)
-        held = [self.req_slots.get(rid) for rid in request_ids]
-        sizes = np.zeros(n, dtype=np.int64)
-        offered = np.zeros(n, dtype=np.int64)
-        handles = np.full(n, -1, dtype=np.int64)
-        parts = []
-        for i, h in enumerate(held):
-            if h is not None:
-                sizes[i], handles[i] = h.n, h.handle
-                k = offered[i] = min(h.cached, h.n)
-                if k:
-                    parts.append(h.buf[:k])
-        if self.cache is None or not parts:
-            return Residency(sizes, sizes.copy(), handles, 0)
-        slots = np.concatenate(parts)
-        alone = sizes - offered
-        nonempty = np.flatnonzero(offered)
-        starts = np.concatenate(([0], np.cumsum(offered[nonempty])[:-1]))
-        if slots.size * 8 >= self.pool.num_slots:
-            # Over the pool, contiguous (cheaper than gathering holders per offered
-            # slot, which lists a shared prefix once per holder): exact, whoever holds.
-            holders = self.cache.holders()
-            shared = int(np.count_nonzero(holders >= 2))
-            alone_flag = (holders == 1)[slots]
-        else:
-            # Few offered slots in a large pool (~0.6 ms a pass at 1M slots): gather.
-            # Summing 1/holders counts a shared slot once when all its holders are
-            # listed (the admission lists every running request).
-            holders = self.cache.holders(slots)
-            many = holders[holders >= 2]
-            shared = int(round(float(np.sum(1.0 / many)))) if many.size else 0
-            alone_flag = holders == 1
-        alone[nonempty] += np.add.reduceat(alone_flag, starts, dtype=np.int64)
-        return Residency(sizes, alone, handles, shared)
-
-    def hit_holders(self, slots: NDArray[np.int32]) -> tuple[int, NDArray[np.int64]]:
-        """Of the cached ``slots`` a waiting request would take (its prefix-cache hit):
-        how many resident requests already hold (admitting it pins nothing new there),
-        and the residency handles of the sole holders of those exactly one resident
-        holds (they become shared)."""
-        if not slots.size or self.cache is None:
-            return 0, np.empty(0, dtype=np.int64)
-        holders = self.cache.holders(slots)
-        assert self._owner is not None
-        return int(np.count_nonzero(holders)), self._owner[slots[holders == 1]]
-
     @staticmethod
     def namespace(request: Request) -> tuple[int, str | None] | None:
         """Requests share KV only within one namespace (stock's isolation rules:
@@ -253,36 +127,6 @@ class ProximaKVCacheManager:
             return None
         lora = request.lora_request.lora_int_id if request.lora_request else 0
         return (lora, request.cache_salt)
-
-    @property
-    def num_free_slots(self) -> int:
-        return self.pool.num_free
-
-    def num_slots_of(self, request_id: str) -> int:
-        held = self.req_slots.get(request_id)
-        return held.n if held is not None else 0
-
-    def cache_stats(self) -> dict[str, float]:
-        """Prefix-cache figures for ``proxima:*`` metrics (O(num_slots): call sparingly)."""
-        if self.cache is None:
-            return {}
-        st = self.cache.stats()
-        return {
-            "cached_slots": st.cached,
-            "shared_slots": st.shared,
-            "prefix_hits_tokens": st.hits,
-            "prefix_queries_tokens": st.queries,
-            "evictions": st.evicted,
-        }
-
-    def stranded_by_block16(self) -> int:
-        """Slots that block-16 rounding would leave empty right now."""
-        if not self.req_slots:
-            return 0
-        held = np.fromiter(
-            (r.n for r in self.req_slots.values()), dtype=np.int64, count=len(self.req_slots)
-        )
-        return int(((-held) % 16).sum())
 
     # ------------------------------------------------------------- allocation
     def get_computed_blocks(self, request: Request) -> tuple[SlotBlocks, int, int]:
@@ -328,7 +172,10 @@ class ProximaKVCacheManager:
         """Take slots for the request's new tokens; ``None`` on shortage.
 
         Same layout and arguments as upstream's ``KVCacheManager.allocate_slots``;
-        one slot per token, so no rounding.
+        one slot per token, so no rounding. Steps: a running request's plain growth
+        (every decode step) from the free list; otherwise count what is needed, take
+        the hit's references, evict ahead of a shortfall, record the hit and take the
+        new slots; both paths end in :meth:`_append`.
         """
         held = self.req_slots.get(request.request_id)
         if (
@@ -339,31 +186,16 @@ class ProximaKVCacheManager:
             and not full_sequence_must_fit
             and not (self.watermark_slots and request.status in _ADMITTING)
         ):
-            # A running request's next tokens (every decode step): the general path
-            # below without the branches that cannot apply, when no eviction is needed.
-            computed = request.num_computed_tokens
-            need = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
-            k = need - held.n
-            if k <= self.pool.num_free:
-                self._version += 1
-                if k <= 0:
-                    return self.empty_kv_cache_blocks
-                slots = self.pool.allocate(k, after=held.last)
-                held.append(slots)
-                if (
-                    self.cache is not None
-                    and not delay_cache_blocks
-                    and held.cached < request.num_prompt_tokens
-                ):
-                    self._offer(
-                        request, held, min(computed + num_new_tokens, request.num_prompt_tokens)
-                    )
-                return SlotBlocks(slots)
+            grown = self._grow(
+                request, held, num_new_tokens, num_lookahead_tokens, delay_cache_blocks
+            )
+            if grown is not None:
+                return grown
         if num_new_tokens == 0 and num_external_computed_tokens == 0:
             raise ValueError(
                 "num_new_tokens must be greater than 0 when there are no external computed tokens"
             )
-        hit = new_computed_blocks.slots if new_computed_blocks is not None else _EMPTY
+        hit = new_computed_blocks.slots if new_computed_blocks is not None else EMPTY_SLOTS
         have = (held.n if held is not None else 0) + hit.size
         computed = min(
             request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens,
@@ -371,51 +203,99 @@ class ProximaKVCacheManager:
         )
         need = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
         num_to_allocate = max(0, need - have)
-
-        watermark = 0
-        if self.watermark_slots and has_scheduled_reqs and request.status in _ADMITTING:
-            watermark = self.watermark_slots
-        self._version += 1
-        if hit.size:
-            # Take the hit first, so eviction below cannot take it away.
-            self.pool.incref(hit)
-        want = num_to_allocate + watermark
+        want = num_to_allocate
         if full_sequence_must_fit:
-            want = max(want, max(0, min(request.num_tokens, self.max_model_len) - have) + watermark)
-        if want > self.pool.num_free - reserved_blocks and self.cache is not None:
+            want = max(want, min(request.num_tokens, self.max_model_len) - have)
+        if self.watermark_slots and has_scheduled_reqs and request.status in _ADMITTING:
+            want += self.watermark_slots
+        self._version += 1
+        if not self._reserve(hit, want, reserved_blocks):
+            return None
+        held = self._take_hit(request, held, hit)
+        if num_to_allocate == 0:
+            return self.empty_kv_cache_blocks
+        return self._append(
+            request, held, num_to_allocate, computed + num_new_tokens, delay_cache_blocks
+        )
+
+    def _grow(
+        self,
+        request: Request,
+        held: RequestSlots,
+        num_new_tokens: int,
+        num_lookahead_tokens: int,
+        delay_cache_blocks: bool,
+    ) -> SlotBlocks | None:
+        """A running request's next tokens from the free list; ``None``: not enough
+        free slots (the general path evicts). No hit, no watermark, no reservation."""
+        computed = request.num_computed_tokens
+        need = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
+        k = need - held.n
+        if k > self.pool.num_free:
+            return None
+        self._version += 1
+        if k <= 0:
+            return self.empty_kv_cache_blocks
+        return self._append(request, held, k, computed + num_new_tokens, delay_cache_blocks)
+
+    def _reserve(self, hit: NDArray[np.int32], want: int, reserved_blocks: int) -> bool:
+        """Reference the hit (so eviction cannot take it), then evict ahead of a
+        shortfall of ``want`` free slots beyond ``reserved_blocks``; ``False`` (the hit
+        released again) if they cannot be had."""
+        if hit.size:
+            self.pool.incref(hit)
+        short = want - (self.pool.num_free - reserved_blocks)
+        if short > 0 and self.cache is not None:
             # Evict a little ahead (the LRU tail either way): one eviction per decode
             # slot cost ~70 us each on a full pool; a batch serves the next steps.
-            self.cache.evict(want - (self.pool.num_free - reserved_blocks) + self._evict_ahead)
+            self.cache.evict(short + self._evict_ahead)
         if want > self.pool.num_free - reserved_blocks:
             if hit.size:
                 self.pool.free(hit)
-            return None
+            return False
+        return True
+
+    def _take_hit(
+        self, request: Request, held: RequestSlots | None, hit: NDArray[np.int32]
+    ) -> RequestSlots:
+        """The request's slot record (new at admission, its lookup then counted once),
+        with the referenced ``hit`` appended and told to the cache's policy."""
         ns = self.namespace(request) if self.cache is not None else None
         if held is None:
-            held = self.req_slots[request.request_id] = _RequestSlots(next(self._handles))
-            if ns is not None and not request.skip_reading_prefix_cache:
+            held = self.req_slots[request.request_id] = RequestSlots()
+            self.residency_index.allocated(request.request_id, 0)
+            if self.cache is not None and ns is not None and not request.skip_reading_prefix_cache:
                 # The admission of a request looked up (peeked) at in get_computed_blocks:
                 # count its lookup once, whole, as vLLM counts prefix_cache_queries.
                 self.cache.record_lookup(max(request.num_tokens - 1, 0), hit.size)
         if hit.size:
             held.append(hit)
+            self.residency_index.allocated(request.request_id, held.n)
+            self.residency_index.cached(request.request_id, held.slots[held.cached :])
             held.cached = held.n  # already in the cache
-            if self._owner is not None:
-                # The latest holder: the likeliest to hold them alone later (the
-                # earlier ones tend to finish first).
-                self._owner[hit] = held.handle
-            if ns is not None:
+            if self.cache is not None and ns is not None:
                 self.cache.match(
                     np.asarray(request.all_token_ids[: hit.size], dtype=np.int32),
                     ns,
                     count=False,
                 )
-        if num_to_allocate == 0:
-            return self.empty_kv_cache_blocks
-        slots = self.pool.allocate(num_to_allocate, after=held.last)
-        if slots is None:  # pragma: no cover - guarded by the check above
+        return held
+
+    def _append(
+        self,
+        request: Request,
+        held: RequestSlots,
+        k: int,
+        num_tokens_after: int,
+        delay_cache_blocks: bool,
+    ) -> SlotBlocks | None:
+        """``k`` new slots after the request's last (contiguous when possible); the
+        prompt covered by ``num_tokens_after`` offered to the cache."""
+        slots = self.pool.allocate(k, after=held.last)
+        if slots is None:  # pragma: no cover - the callers checked the free slots
             return None
         held.append(slots)
+        self.residency_index.allocated(request.request_id, held.n)
         if (
             self.cache is not None
             and not delay_cache_blocks
@@ -424,7 +304,7 @@ class ProximaKVCacheManager:
             # As stock caches blocks when they are allocated: later requests in
             # this very step may already share the prompt (its KV is written
             # before attention reads it, layer by layer).
-            self._offer(request, held, min(computed + num_new_tokens, request.num_prompt_tokens))
+            self._offer(request, held, min(num_tokens_after, request.num_prompt_tokens))
         return SlotBlocks(slots)
 
     def free(self, request: Request) -> None:
@@ -435,6 +315,9 @@ class ProximaKVCacheManager:
         request that resumes, or a next chat turn, finds them there.
         """
         held = self.req_slots.pop(request.request_id, None)
+        # First: what it offers now is nobody's once it is gone, so the index copies
+        # none of it (its owner entry would only ever be overwritten by a later hit).
+        self.residency_index.freed(request.request_id)
         if held is None or not held.n:
             return
         self._version += 1
@@ -442,44 +325,24 @@ class ProximaKVCacheManager:
             self._offer(request, held, request.num_computed_tokens)
         self.pool.free(held.slots)
 
-    # ------------------------------------------------------------ block ids
-    def get_blocks(self, request_id: str) -> SlotBlocks:
-        held = self.req_slots.get(request_id)
-        if held is None or held.n == 0:
-            return self.empty_kv_cache_blocks
-        return SlotBlocks(held.slots.copy())
-
-    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
-        return self.get_blocks(request_id).get_block_ids()
-
-    def get_block_ids_for_computed_tokens(
-        self, request_id: str, num_computed_tokens: int
-    ) -> tuple[list[int], ...]:
-        held = self.req_slots.get(request_id)
-        if held is None:
-            return ([],)
-        return (held.slots[:num_computed_tokens].tolist(),)
-
-    def create_kv_cache_blocks(self, blocks: tuple[Any, ...]) -> SlotBlocks:
-        slots = np.asarray(blocks[0], dtype=np.int32) if blocks else _EMPTY
-        return SlotBlocks(slots) if slots.size else self.empty_kv_cache_blocks
-
-    # ------------------------------------------------- prefix cache (none yet)
-    def make_prefix_cache_stats(self) -> Any:
-        if not self.log_stats:
-            return None
-        from vllm.v1.metrics.stats import PrefixCacheStats
-
-        stats = self.prefix_cache_stats
-        self.prefix_cache_stats = PrefixCacheStats()
-        return stats
-
+    # ------------------------------------------------------------ prefix cache
     def reset_prefix_cache(self) -> bool:
+        """Empty the prefix cache; ``False`` (and nothing done) while requests hold KV.
+
+        As upstream's ``BlockPool.reset_prefix_cache``: True means no KV computed
+        before the call is reusable, so the scheduler's
+        ``reset_prefix_cache(reset_running_requests=True)`` preempts first.
+        """
+        if self.req_slots:
+            logger.warning(
+                "Failed to reset prefix cache because some slots (%d requests) are not freed yet",
+                len(self.req_slots),
+            )
+            return False
         self._version += 1
         if self.cache is not None:
             self.cache.reset()
-            for held in self.req_slots.values():
-                held.cached = 0
+            self.residency_index.cache_attached(self.cache.holders)
         if self.log_stats and self.prefix_cache_stats is not None:
             self.prefix_cache_stats.reset = True
         return True
@@ -498,9 +361,7 @@ class ProximaKVCacheManager:
             )
         self.reset_prefix_cache()
         self.cache = RadixCache(self.pool, policy, debug=self.pool.debug)
-
-    def estimate_cached_tokens(self, request: Request) -> int:
-        return 0
+        self.residency_index.cache_attached(self.cache.holders)
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Offer the request's prompt to the cache as its chunks are scheduled.
@@ -515,7 +376,7 @@ class ProximaKVCacheManager:
             return
         self._offer(request, held, min(num_computed_tokens, request.num_prompt_tokens))
 
-    def _offer(self, request: Request, held: _RequestSlots, num_tokens: int) -> None:
+    def _offer(self, request: Request, held: RequestSlots, num_tokens: int) -> None:
         assert self.cache is not None
         n = min(num_tokens, held.n, request.num_tokens)
         if n <= held.cached:
@@ -525,42 +386,5 @@ class ProximaKVCacheManager:
             return
         tokens = np.asarray(request.all_token_ids[:n], dtype=np.int32)
         self.cache.insert(tokens, held.slots[:n], ns)
-        if self._owner is not None:
-            self._owner[held.slots[held.cached : n]] = held.handle
+        self.residency_index.cached(request.request_id, held.slots[held.cached : n])
         held.cached = n
-
-    def remove_skipped_blocks(
-        self,
-        request_id: str,
-        processed_computed_tokens: int,
-        num_prompt_tokens: int | None = None,
-    ) -> None:
-        return None
-
-    def evict_blocks(self, block_ids: set[int]) -> None:
-        return None
-
-    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
-        # Cascade attention is not used with 1-token pages.
-        return [0]
-
-    # ----------------------------------------------------- step bookkeeping
-    def take_events(self) -> list[Any]:
-        return []
-
-    def take_new_block_ids(self) -> list[int]:
-        return []
-
-    def get_zeroing_block_ids_in_range(
-        self, request_id: str, start_token: int, end_token: int
-    ) -> list[int]:
-        return []
-
-    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
-        return None
-
-    def take_kv_cache_block_copies(self) -> tuple[list[Any], list[Any]]:
-        return [], []
-
-    def new_step_starts(self) -> None:
-        return None

@@ -19,7 +19,7 @@ Cost per call: O(requests x log(pages)); O(requests) without prefix caching.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,7 +84,6 @@ class PagedResidency:
             0
         ].req_to_blocks
         self._sharing = bool(manager.enable_caching)
-        self._index: dict[str, int] = {}
 
     @property
     def max_model_len(self) -> int:
@@ -116,14 +115,14 @@ class PagedResidency:
         sharing = self._sharing
         own = totals + self.lookahead_tokens
         alone = 0
-        index: dict[str, int] = {}
+        positions: dict[Hashable, int] = {}
         for i, r in enumerate(running):
             blocks = blocks_of.get(r.request_id)
             if not blocks:
                 continue
             held = len(blocks)
             if sharing:
-                index[r.request_id] = i
+                positions[r.request_id] = i
                 if blocks[0].ref_cnt >= 2:
                     shared = _shared_run(blocks)
                     held -= shared
@@ -132,8 +131,7 @@ class PagedResidency:
             if self.lookahead_tokens:
                 # Never less than the pages it holds already (rejected drafts' pages).
                 own[i] = max(own[i], page * (held - 1) + 1)
-        self._index = index
-        return Residents(own, max(0, self.held_pages() - alone))
+        return Residents(own, max(0, self.held_pages() - alone), positions)
 
     def hit(self, request: Request, computed_blocks: Any, num_computed_tokens: int) -> Hit:
         blocks: Sequence[KVCacheBlock] = (
@@ -154,15 +152,14 @@ class PagedResidency:
         if not sole:
             return Hit(pinned, [])
         holder = self._holder_of(blocks[first_sole], first_sole)
-        if holder is None:  # charged again: its pages stay its own
+        if holder is None:  # nobody known holds it: its pages stay its holder's own
             return Hit(pinned - sole, [])
         return Hit(pinned, [(holder, sole)])
 
-    def _holder_of(self, block: KVCacheBlock, position: int) -> int | None:
-        """The resident (index in the last :meth:`residents` list) holding ``block``
-        as its page ``position``."""
-        for rid, i in self._index.items():
-            blocks = self._blocks.get(rid)
-            if blocks is not None and len(blocks) > position and blocks[position] is block:
-                return i
+    def _holder_of(self, block: KVCacheBlock, position: int) -> str | None:
+        """The request holding ``block`` as its page ``position`` (the pages a request
+        shares form its leading run, so one block names the holder of the run)."""
+        for rid, blocks in self._blocks.items():
+            if len(blocks) > position and blocks[position] is block:
+                return rid
         return None

@@ -47,7 +47,6 @@ NDArrayI32 = npt.NDArray[np.int32]
 NDArrayI64 = npt.NDArray[np.int64]
 _ONE = np.int32(1)
 _ALL_FREE = np.uint64(0x0101010101010101)  # 8 free slots seen as one uint64
-_MAX_RUNS = 128  # free runs one allocate_batch fills with moving requests
 
 
 def _find_ones(buf: bytearray, k: int, start: int) -> int:
@@ -166,62 +165,6 @@ class SlotPool:
             self.check_invariants()
         return slots
 
-    def allocate_batch(
-        self, counts: npt.ArrayLike, after: npt.ArrayLike
-    ) -> tuple[NDArrayI32, NDArrayI64] | None:
-        """Allocates ``counts[i]`` slots for each request ``i`` at once, all or nothing.
-
-        1-slot requests (decode) are served vectorised: ``after[i] + 1`` where that
-        slot is free; the rest go ``g`` apart into free runs of at least ``2 g``
-        slots (``g`` as for ``stride``; at most ``_MAX_RUNS`` runs, then scattered).
-        Only requests with ``counts[i] > 1`` cost a Python-level :meth:`allocate`.
-
-        Args:
-            counts: Slots wanted per request (>= 0).
-            after: Each request's last slot, or -1 for a fresh request.
-
-        Returns:
-            ``(slots, offsets)`` in CSR form (request ``i`` owns
-            ``slots[offsets[i]:offsets[i + 1]]``), or None (and no state change)
-            if fewer than ``sum(counts)`` slots are free.
-
-        Raises:
-            ValueError: Bad shapes or a negative count.
-            IndexError: An ``after`` >= ``num_slots``.
-        """
-        counts = np.asarray(counts, dtype=np.int64)
-        after = np.asarray(after, dtype=np.int64)
-        if counts.ndim != 1 or counts.shape != after.shape:
-            raise ValueError("counts and after must be 1-D and of equal length")
-        if np.count_nonzero(counts < 0):
-            raise ValueError("negative slot count")
-        offsets = np.zeros(counts.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        if offsets[-1] > self._num_free:
-            return None
-        out = np.empty(int(offsets[-1]), dtype=np.int32)
-        single = counts == 1
-        nxt = np.where(after >= 0, after + 1, self.num_slots)  # sentinel: never free
-        ok = single & self._is_free[nxt]
-        got = nxt[ok]
-        np.add.at(self._refcnt, got, _ONE)
-        if np.count_nonzero(self._refcnt[got] != 1):  # two requests share a tail slot
-            self._refcnt[got] = 0
-            _, first = np.unique(got, return_index=True)
-            ok[np.flatnonzero(ok)[np.setdiff1d(np.arange(got.size), first)]] = False
-            got = nxt[ok]
-            self._refcnt[got] = 1
-        self._mark_used(got)
-        out[offsets[:-1][ok]] = got
-        for i in np.flatnonzero(counts > 1):
-            out[offsets[i] : offsets[i + 1]] = self._allocate_one(int(counts[i]), int(after[i]))
-        rest = np.flatnonzero(single & ~ok)
-        if rest.size:
-            out[offsets[rest]] = self._place_apart(rest.size)
-        if self.debug:
-            self.check_invariants()
-        return out, offsets
-
     def _allocate_one(self, n: int, after: int) -> NDArrayI32:
         # Caller guarantees 0 <= n <= num_free, so the scattered fallback succeeds.
         if n == 0:
@@ -262,29 +205,6 @@ class SlotPool:
                 if start >= 0:
                     return start + g
         return self._find_run(1)
-
-    def _place_apart(self, m: int) -> NDArrayI32:
-        # m single slots for moving requests: `g` apart and `g` into free runs of
-        # >= 2g slots, for g = stride, stride / 2, .. 2; then scattered.
-        buf, budget = self._free_buf, _MAX_RUNS
-        slots = np.empty(m, dtype=np.int32)
-        done = 0
-        for g in self._rooms:
-            while done < m and budget > 0:
-                start = self._find_run(2 * g)
-                if start < 0:
-                    break
-                fit = min((buf.find(b"\x00", start) - start) // g - 1, m - done)
-                placed = slots[done : done + fit]
-                placed[:] = np.arange(start + g, start + g * fit + 1, g)
-                self._refcnt[placed] = 1
-                self._mark_used(placed)
-                done, budget = done + fit, budget - 1
-        if done < m:
-            slots[done:] = self._pop(m - done)
-            self._refcnt[slots[done:]] = 1
-            self._mark_used(slots[done:])
-        return slots
 
     def _find_run(self, n: int) -> int:
         # Start of the lowest run of n free slots, or -1. self._hint[n]: no such

@@ -15,7 +15,7 @@ Pages: the KV cache is read through a
 :class:`~vllm_proxima.kv.residency.ResidencyView` in pages of ``B`` tokens
 (upstream's block size in the paged layout, 1 in the token layout): request ``i``
 then holds ``ceil((c_i + k) / B)`` pages, and the peak is exact in pages (see
-:func:`projected_peak`).
+:func:`~vllm_proxima.scheduling.projection.projected_peak`).
 
 Shared prefixes (prefix caching on): requests sharing a system prompt pin it
 once. So ``c_i`` counts only the tokens request ``i`` holds alone (they free when it
@@ -49,18 +49,20 @@ Policies (``--proxima-admission``):
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from vllm_proxima.scheduling.lengths import OutputLengthModel
+from vllm_proxima.scheduling.projection import projected_peak
+from vllm_proxima.scheduling.victim import cheapest_to_recompute
+
 if TYPE_CHECKING:
     from vllm.v1.request import Request
 
     from vllm_proxima.config import ProximaConfig
-    from vllm_proxima.kv.residency import ResidencyView
+    from vllm_proxima.kv.residency import ResidencyView, Residents
 
 Decision = Literal["admit", "skip", "stop"]
 
@@ -68,114 +70,6 @@ MAX_SKIPS_PER_STEP = 4
 """Requests passed over in one step before admission stops (bounds the work)."""
 MAX_DEFERRALS = 64
 """Steps a request may be passed over before nothing behind it is admitted."""
-PROTECTED_AFTER_PREEMPTIONS = 2
-"""A request preempted this often is chosen as victim only as a last resort."""
-MAX_RESIDUE_TABLE = 1 << 22
-"""Cells of :func:`projected_peak`'s residue table above which it bounds instead."""
-
-
-def projected_peak(held: np.ndarray, remaining: np.ndarray, page_size: int = 1) -> int:
-    """Peak total pages of requests holding ``held`` tokens with ``remaining`` to go.
-
-    Args:
-        held: tokens each request holds (or will hold once its prompt is in).
-        remaining: decode steps each request still needs (>= 0).
-        page_size: tokens per page ``B``.
-
-    Returns:
-        ``max over k of sum_i [k <= r_i] ceil((c_i + k) / B)``, evaluated at the
-        breakpoints ``k = r_j`` (and ``k = 0``). With ``c_i + B - 1 = B q_i + m_i``
-        and ``k = B Q + R``, each term is ``q_i + Q + [m_i >= B - R]``: suffix sums
-        of ``q`` and suffix counts of ``m`` per residue, O(n (log n + B)).
-    """
-    if held.size == 0:
-        return 0
-    order = np.argsort(remaining, kind="stable")
-    r = remaining[order].astype(np.int64)
-    c = held[order].astype(np.int64)
-    n = r.size
-    alive = np.arange(n, 0, -1, dtype=np.int64)  # at k = r_j: every i from j on
-    if page_size == 1:
-        demand = np.cumsum(c[::-1])[::-1] + r * alive
-        return int(max(int(demand.max()), int(c.sum())))
-    q, m = np.divmod(c + page_size - 1, page_size)
-    big_q, big_r = np.divmod(r, page_size)
-    if n * (page_size + 1) > MAX_RESIDUE_TABLE:
-        # Huge pages: bound each partial page by a whole one (conservative).
-        demand = np.cumsum(q[::-1])[::-1] + (big_q + (big_r > 0)) * alive
-        return int(max(int(demand.max()), int(q.sum())))
-    # at_least[j, t]: requests i >= j with m_i >= t (t = 0..B; t = B: none).
-    rows = np.arange(n)
-    counts = np.zeros((n, page_size + 1), dtype=np.int32)
-    counts[rows, m] = 1  # one residue per request
-    counts = np.cumsum(counts[::-1], axis=0)[::-1]  # suffix over requests
-    at_least = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1]  # suffix over residues
-    carry = at_least[rows, page_size - big_r]  # column B (R = 0) is all zeros
-    demand = np.cumsum(q[::-1])[::-1] + big_q * alive + carry
-    return int(max(int(demand.max()), int(q.sum())))
-
-
-class OutputLengthModel:
-    """Learns how much of ``max_tokens`` finished requests used.
-
-    Keeps the last ``window`` ratios ``output_tokens / max_tokens`` (in (0, 1]).
-    The estimate for a request that generated ``g`` of at most ``m`` tokens is
-    ``m`` times the ``quantile`` of the ratios above ``g / m`` (what requests that
-    got this far went on to use); with too few samples it is ``m``.
-    """
-
-    def __init__(self, window: int = 2048, min_samples: int = 8, quantile: float = 0.9) -> None:
-        self.ratios: deque[float] = deque(maxlen=window)
-        self.min_samples = min_samples
-        self.quantile = quantile
-        # The window's ratios in order, kept sorted as they come and go: a re-sort
-        # from the deque after every finish cost ~60 us, every few scheduler steps.
-        self._sorted = np.empty(0, dtype=np.float64)
-
-    def observe(self, output_tokens: int, max_tokens: int) -> None:
-        if max_tokens > 0 and output_tokens > 0:
-            ratio = min(1.0, output_tokens / max_tokens)
-            ratios = self._sorted
-            if len(self.ratios) == self.ratios.maxlen:
-                ratios = np.delete(ratios, np.searchsorted(ratios, self.ratios[0]))
-            self.ratios.append(ratio)
-            self._sorted = np.insert(ratios, np.searchsorted(ratios, ratio), ratio)
-
-    @property
-    def ready(self) -> bool:
-        return len(self.ratios) >= self.min_samples
-
-    def final_length(self, generated: int, max_tokens: int) -> int:
-        """:meth:`final_lengths` of one request, in scalars (~10x cheaper than a
-        1-element vectorised call; the admission asks once per candidate)."""
-        if not self.ready:
-            return max_tokens
-        ratios = self._sorted
-        n = ratios.size
-        first = int(np.searchsorted(ratios, generated / max(max_tokens, 1), side="right"))
-        left = n - first
-        if left > 0:
-            est = float(ratios[min(first + math.floor(self.quantile * (left - 1)), n - 1)])
-        else:
-            est = 1.0
-        final = math.ceil(est * max_tokens)
-        return min(max(final, min(generated + 1, max_tokens)), max_tokens)
-
-    def final_lengths(self, generated: np.ndarray, max_tokens: np.ndarray) -> np.ndarray:
-        """Projected final output lengths (vectorised over requests)."""
-        if not self.ready:
-            return max_tokens.copy()
-        ratios = self._sorted
-        n = ratios.size
-        done = generated / np.maximum(max_tokens, 1)
-        # Ratios above what each request already used: ratios[first:].
-        first = np.searchsorted(ratios, done, side="right")
-        left = n - first
-        pick = first + np.floor(self.quantile * np.maximum(left - 1, 0)).astype(np.int64)
-        est = np.where(left > 0, ratios[np.minimum(pick, n - 1)], 1.0)
-        final = np.ceil(est * max_tokens).astype(np.int64)
-        # Never below what is already generated (+1 for the next token).
-        return np.clip(final, np.minimum(generated + 1, max_tokens), max_tokens)
 
 
 class AdmissionPolicy:
@@ -248,6 +142,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self.chunk_tokens = max(1, chunk_tokens)  # prompt tokens prefilled per step at most
         if learn:
             self.name = "adaptive"
+        self._residents: Residents | None = None  # as read this step (None: not yet)
         self._held: np.ndarray | None = None  # tokens each resident holds alone
         self._remaining: np.ndarray | None = None
         self._shared = 0  # S: pinned pages that no single resident request holds alone
@@ -272,6 +167,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._failed: dict[str, tuple[int, int]] = {}
 
     def begin_step(self) -> None:
+        self._residents = None
         self._held = None
         self._skips = 0
 
@@ -290,7 +186,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             count=4 * n,
         ).reshape(n, 4)
         total, computed, generated, max_tokens = fields.T
-        res = self.view.residents(running, total)
+        res = self._residents = self.view.residents(running, total)
         self._held = res.own
         self._remaining = self._project(total, computed, generated, max_tokens)
         self._shared = res.shared
@@ -344,7 +240,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             return "stop"  # nothing left since the last failed attempt
         worst = self._worst_pages(request)
         if (
-            self._held is None
+            self._residents is None
             and len(running) <= len(self._worst)
             and self._worst_sum - self._worst.get(request.request_id, 0) + worst <= self._capacity()
         ):
@@ -353,32 +249,28 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         failed = self._failed.get(request.request_id)
         if failed is not None and failed[0] > self._freed - failed[1]:
             return self._defer(request)
+        # Its own: all its tokens but the cached pages residents hold already. Those one
+        # resident held alone become shared: out of that resident's own, into S. The hit
+        # is read from the argument; placing it among the residents needs them read.
+        hit = self.view.hit(request, computed_blocks, num_computed_tokens)
         page = self.view.page_size
-        if (
-            self.view.held_pages()
-            + -(-request.num_tokens // page)
-            - self._max_hit_pages(computed_blocks, num_computed_tokens)
-            > self._capacity()
+        if self.view.held_pages() + -(-self.view.own_tokens(request, hit.pinned) // page) > (
+            self._capacity()
         ):
             # Cheap reject: the peak is at least what is held now plus its own pages
-            # (a full pool in a burst: no pass over the residents needed).
+            # (a full pool in a burst: no pass over the residents needed; ``hit.pinned``
+            # bounds what it shares from above, so its own pages from below).
             return self._defer(request)
-        # NOTE: the hit names residents by their index in this step's residents list, so
-        # the residents are read first (a list from an earlier step has other indices:
-        # a stale one debited the wrong resident or ran past the end).
-        if self._held is None:
+        if self._residents is None:
             self._resident(running)
-        assert self._held is not None and self._remaining is not None
-        # Its own: all its tokens but the cached pages residents hold already. Those one
-        # resident held alone become shared: out of that resident's own, into S.
-        hit = self.view.hit(request, computed_blocks, num_computed_tokens)
-        own = self.view.own_tokens(request, hit.pinned)
-        if self.view.held_pages() + -(-own // page) > self._capacity():
-            return self._defer(request)
+        assert self._residents is not None and self._held is not None
+        assert self._remaining is not None
+        pinned, moves = hit.against(self._residents)
+        own = self.view.own_tokens(request, pinned)
         cand_rem = self._project_one(request, num_computed_tokens, self._queued)
         held = np.append(self._held, own)
         shared = self._shared
-        for i, k in hit.moves:
+        for i, k in moves:
             held[i] -= page * k
             shared += k
         remaining = np.append(self._remaining, cand_rem)
@@ -397,11 +289,6 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._failed[request.request_id] = (peak - self._capacity(), self._freed)
         return self._defer(request)
 
-    def _max_hit_pages(self, computed_blocks: Any, num_computed_tokens: int) -> int:
-        """An upper bound of the pages a prefix hit can spare the request: every
-        computed token's page (before the residency pass, which names their holders)."""
-        return -(-num_computed_tokens // self.view.page_size) if num_computed_tokens else 0
-
     def _defer(self, request: Request) -> Decision:
         """Skip the request this step, or stop admitting when it waited long enough."""
         self.num_deferred += 1
@@ -417,9 +304,10 @@ class ProjectedPeakPolicy(AdmissionPolicy):
     def _worst_pages(self, request: Request) -> int:
         """Pages the request holds at its ``max_tokens`` (or the model length)."""
         page = self.view.page_size
-        tokens = min(
-            request.num_prompt_tokens + request.max_tokens, self.view.max_model_len
-        ) + getattr(self.view, "lookahead_tokens", 0)
+        tokens = (
+            min(request.num_prompt_tokens + request.max_tokens, self.view.max_model_len)
+            + self.view.lookahead_tokens
+        )
         return -(-tokens // page)
 
     def _remember(self, request: Request, worst: int) -> None:
@@ -436,18 +324,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._failed.pop(request.request_id, None)
 
     def pick_victim(self, running: list[Request], req_index: int) -> int:
-        """The unscheduled request whose KV is cheapest to recompute, sparing
-        requests already preempted often (no starvation)."""
-        candidates = range(req_index, len(running))
-        if len(candidates) <= 1:
-            return len(running) - 1
-
-        def cost(i: int) -> tuple[int, int, int]:
-            r = running[i]
-            protected = int(r.num_preemptions >= PROTECTED_AFTER_PREEMPTIONS)
-            return (protected, r.num_computed_tokens, -i)
-
-        return min(candidates, key=cost)
+        return cheapest_to_recompute(running, req_index)
 
     def on_finish(self, request: Request) -> None:
         super().on_finish(request)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -75,13 +75,15 @@ def check_kv_cache_config(kv_cache_config: KVCacheConfig, block_size: int) -> No
 class ProximaSchedulerMixin:
     """Overrides of the scheduler extension points for proxima mode."""
 
-    kv_cache_manager: ProximaKVCacheManager | KVCacheManager
+    # NOTE: in the token layout this is a ProximaKVCacheManager, which duck-types
+    # upstream's KVCacheManager (upstream has no base class or protocol to name).
+    kv_cache_manager: KVCacheManager
     running: list[Request]
     proxima_config: ProximaConfig
     admission: AdmissionPolicy
     residency_view: ResidencyView | None
 
-    def _make_kv_cache_manager(self, **kwargs: Any) -> ProximaKVCacheManager | KVCacheManager:  # type: ignore[override]
+    def _make_kv_cache_manager(self, **kwargs: Any) -> KVCacheManager:
         vllm_config: VllmConfig = self.vllm_config  # type: ignore[attr-defined]
         self.proxima_config = ProximaConfig.from_vllm_config(vllm_config).resolved()
         self._stats_calls = 0
@@ -92,10 +94,11 @@ class ProximaSchedulerMixin:
         self._steps = 0
         self._schedule_s = 0.0
         self._admission_s = 0.0
-        manager: ProximaKVCacheManager | KVCacheManager
+        manager: KVCacheManager
         if self.proxima_config.token_layout:
-            manager = self._make_token_manager(vllm_config, kwargs)
-            self.residency_view = TokenResidency(manager)
+            token_manager = self._make_token_manager(vllm_config, kwargs)
+            self.residency_view = TokenResidency.of(token_manager)
+            manager = cast("KVCacheManager", token_manager)  # see kv_cache_manager's NOTE
         else:
             manager = super()._make_kv_cache_manager(**kwargs)  # type: ignore[misc]
             self.residency_view = self._paged_view(manager, kwargs["kv_cache_config"])

@@ -1,0 +1,97 @@
+"""The parts of upstream's ``KVCacheManager`` contract that 1-token pages answer simply.
+
+:class:`~vllm_proxima.kv.manager.ProximaKVCacheManager` speaks the scheduler-facing
+contract of upstream's manager; what needs no allocation logic lives here: block ids
+read back from a request's slots, and the hooks that have nothing to do at 1-token
+pages (no skipped blocks, no cascade attention, no KV events, no block zeroing or
+copies).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vllm_proxima.kv.slot_blocks import EMPTY_SLOTS, RequestSlots, SlotBlocks
+
+if TYPE_CHECKING:
+    from vllm.v1.request import Request
+
+
+class SlotManagerContract:
+    """Upstream's manager interface over ``req_slots`` (request id -> its slots)."""
+
+    req_slots: dict[str, RequestSlots]
+    empty_kv_cache_blocks: SlotBlocks
+    log_stats: bool
+    prefix_cache_stats: Any
+
+    def get_blocks(self, request_id: str) -> SlotBlocks:
+        held = self.req_slots.get(request_id)
+        if held is None or held.n == 0:
+            return self.empty_kv_cache_blocks
+        return SlotBlocks(held.slots.copy())
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return (self.get_blocks(request_id).slots.tolist(),)
+
+    def get_block_ids_for_computed_tokens(
+        self, request_id: str, num_computed_tokens: int
+    ) -> tuple[list[int], ...]:
+        held = self.req_slots.get(request_id)
+        if held is None:
+            return ([],)
+        return (held.slots[:num_computed_tokens].tolist(),)
+
+    def create_kv_cache_blocks(self, blocks: tuple[Any, ...]) -> SlotBlocks:
+        slots = np.asarray(blocks[0], dtype=np.int32) if blocks else EMPTY_SLOTS
+        return SlotBlocks(slots) if slots.size else self.empty_kv_cache_blocks
+
+    def make_prefix_cache_stats(self) -> Any:
+        if not self.log_stats:
+            return None
+        from vllm.v1.metrics.stats import PrefixCacheStats
+
+        stats = self.prefix_cache_stats
+        self.prefix_cache_stats = PrefixCacheStats()
+        return stats
+
+    def estimate_cached_tokens(self, request: Request) -> int:
+        return 0
+
+    def remove_skipped_blocks(
+        self,
+        request_id: str,
+        processed_computed_tokens: int,
+        num_prompt_tokens: int | None = None,
+    ) -> None:
+        return None
+
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        return None
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        # Cascade attention is not used with 1-token pages.
+        return [0]
+
+    # ----------------------------------------------------- step bookkeeping
+    def take_events(self) -> list[Any]:
+        return []
+
+    def take_new_block_ids(self) -> list[int]:
+        return []
+
+    def get_zeroing_block_ids_in_range(
+        self, request_id: str, start_token: int, end_token: int
+    ) -> list[int]:
+        return []
+
+    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
+        return None
+
+    def take_kv_cache_block_copies(self) -> tuple[list[Any], list[Any]]:
+        return [], []
+
+    def new_step_starts(self) -> None:
+        return None

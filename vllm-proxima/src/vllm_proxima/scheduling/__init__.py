@@ -1,0 +1,1 @@
+"""The proxima scheduler (upstream's, with projected-peak admission) and its policies."""
