@@ -1,4 +1,5 @@
-"""What proxima mode accepts and refuses at start (vllm_proxima.engine_args)."""
+"""What proxima mode accepts and refuses at start (vllm_proxima.engine_args, whose checks
+are vllm_proxima.config's)."""
 
 from __future__ import annotations
 
@@ -127,3 +128,17 @@ def test_proxima_off_leaves_every_flag_to_vllm() -> None:
     engine_args = args("off", enable_expert_parallel=True, block_size=16)
     assert not apply_to_engine_args(engine_args).enabled
     assert engine_args.block_size == 16 and engine_args.scheduler_cls != SCHEDULER_CLS
+
+
+def test_another_scheduler_class_is_refused_by_flag() -> None:
+    with pytest.raises(ProximaConfigError, match="--scheduler-cls my.Scheduler conflicts"):
+        apply_to_engine_args(args(scheduler_cls="my.Scheduler"))
+    apply_to_engine_args(args(scheduler_cls="vllm.v1.core.sched.scheduler.Scheduler"))
+
+
+def test_token_layout_settings_are_idempotent() -> None:
+    engine_args = args(layout="token")
+    apply_to_engine_args(engine_args)
+    apply_to_engine_args(engine_args)  # vLLM may build the config twice
+    assert engine_args.block_size == 1 and engine_args.enable_prefix_caching is False
+    assert str(getattr(engine_args.attention_backend, "name", "")) == "CUSTOM"

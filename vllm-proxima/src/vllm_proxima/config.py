@@ -1,4 +1,14 @@
-"""ProximaConfig: every ``--proxima*`` option, validated once, with clear errors.
+"""ProximaConfig and every check of proxima's configuration, in one place.
+
+One error type, :class:`ProximaConfigError`, whose message names the flag (or
+environment variable) at fault and the way out. What is checked here:
+
+* each ``--proxima*`` value (:class:`ProximaConfig`, when it is built);
+* ``$PROXIMA_MODE`` and ``$PROXIMA_ATTENTION``;
+* the combinations with vLLM's own flags the chosen KV layout cannot run
+  (:func:`check_engine_args`, at start, before any vLLM config is built);
+* what only the engine core knows: the model's KV cache groups and the model
+  runner (:func:`check_kv_cache_config`, :func:`check_model_runner`, token layout).
 
 The options travel from the command line (or ``ProximaEngineArgs`` /
 ``enable_proxima``) to every engine process inside
@@ -12,7 +22,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.kv_cache_interface import KVCacheConfig
 
 CONFIG_KEY = "proxima"
 MODE_ENV = "PROXIMA_MODE"
@@ -22,10 +36,15 @@ MODES = ("on", "off")
 ADMISSION_POLICIES = ("stock", "conservative", "adaptive")
 EVICTION_POLICIES = ("lru", "lfu", "arc")
 KV_LAYOUTS = ("auto", "paged", "token")
+ATTENTION_ENV = "PROXIMA_ATTENTION"
+"""Environment variable choosing the token layout's GPU kernel over 1-token pages."""
+ATTENTION_CHOICES = ("triton", "flash_attn")
+SCHEDULER_CLS = "vllm_proxima.scheduling.scheduler.proxima_scheduler"
 
 
 class ProximaConfigError(ValueError):
-    """A ``--proxima*`` option has a bad value or conflicts with another flag."""
+    """Bad proxima configuration: a bad ``--proxima*`` value, or a vLLM flag or
+    model the chosen mode and KV layout cannot run. The message names the flag."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -168,3 +187,174 @@ def default_mode() -> str:
     if mode not in MODES:
         raise ProximaConfigError(f"${MODE_ENV} must be one of {', '.join(MODES)}; got {mode!r}")
     return mode
+
+
+def attention_choice() -> str:
+    """``$PROXIMA_ATTENTION`` (``triton`` unless set), checked."""
+    choice = os.environ.get(ATTENTION_ENV, "triton").strip().lower() or "triton"
+    if choice not in ATTENTION_CHOICES:
+        raise ProximaConfigError(
+            f"${ATTENTION_ENV}={choice!r}: choose one of "
+            f"{', '.join(sorted(ATTENTION_CHOICES))} (default triton)"
+        )
+    return choice
+
+
+# --------------------------------------------------------------------------- vLLM's flags
+
+
+def check_engine_args(config: ProximaConfig, engine_args: EngineArgs) -> None:
+    """Refuse, at start, the vLLM flags the resolved configuration cannot honour.
+
+    Args:
+        config: the resolved config (``kv_layout`` not ``auto``).
+        engine_args: vLLM's engine arguments, before any config is built from them.
+
+    Raises:
+        ProximaConfigError: the first conflict found, naming the flag and the way out.
+    """
+    problem = engine_args_conflict(config, engine_args)
+    if problem is not None:
+        raise ProximaConfigError(problem)
+
+
+def engine_args_conflict(config: ProximaConfig, engine_args: EngineArgs) -> str | None:
+    """Why proxima mode cannot run with these engine arguments, or ``None``.
+
+    The paged layout runs upstream's KV manager and kernels, so it refuses only what
+    the admission's projection does not model; the token layout refuses every feature
+    its own manager and backends lack.
+    """
+    if not config.enabled:
+        return None
+    scheduler_cls = engine_args.scheduler_cls
+    if scheduler_cls not in (None, SCHEDULER_CLS) and not _is_default_scheduler(scheduler_cls):
+        return (
+            f"--scheduler-cls {scheduler_cls} conflicts with proxima mode, "
+            f"which uses {SCHEDULER_CLS}; use --proxima off to run another "
+            "scheduler"
+        )
+    paged = not config.token_layout
+    unsupported = _unsupported_features(engine_args, paged)
+    if unsupported:
+        layout = "paged" if paged else "token"
+        return (
+            f"proxima mode (KV layout {layout}) does not support yet: "
+            + "; ".join(unsupported)
+            + ". Use --proxima off for these"
+            + ("." if paged else ", or --proxima-kv-layout paged.")
+        )
+    if paged:
+        return None
+    if engine_args.block_size not in (None, 1):
+        return (
+            f"--block-size {engine_args.block_size} conflicts with --proxima-kv-layout "
+            "token, which manages the KV cache in 1-token pages; omit --block-size, use "
+            "--proxima-kv-layout paged, or --proxima off"
+        )
+    return _attention_backend_conflict(engine_args)
+
+
+def _unsupported_features(engine_args: EngineArgs, paged: bool) -> list[str]:
+    unsupported: list[str] = []
+    if not paged and engine_args.kv_transfer_config is not None:
+        unsupported.append("KV connectors / KV offload (--kv-transfer-config)")
+    if not paged and engine_args.speculative_config:
+        unsupported.append("speculative decoding (--speculative-config)")
+    if (engine_args.decode_context_parallel_size or 1) > 1 or (
+        engine_args.prefill_context_parallel_size or 1
+    ) > 1:
+        unsupported.append("context parallelism")
+    if not paged and (engine_args.enable_expert_parallel or engine_args.enable_eplb):
+        # MoE experts hold no KV, but most MoE models run on Model Runner V1, which
+        # the token layout refuses on GPU (its block table is max_model_len wide).
+        unsupported.append("expert parallelism (--enable-expert-parallel, --enable-eplb)")
+    if not paged and engine_args.kv_cache_dtype not in (None, "auto"):
+        unsupported.append(f"--kv-cache-dtype {engine_args.kv_cache_dtype}")
+    return unsupported
+
+
+def _attention_backend_conflict(engine_args: EngineArgs) -> str | None:
+    """The token layout brings its own backend: another one named is a conflict."""
+    config_backend = getattr(engine_args.attention_config, "backend", None)
+    for name, value in (
+        ("--attention-backend", engine_args.attention_backend),
+        ("--attention-config.backend", config_backend),
+    ):
+        if value is not None and str(getattr(value, "name", value)).upper() not in (
+            "CUSTOM",
+            "AUTO",
+        ):
+            return (
+                f"{name} {getattr(value, 'name', value)} conflicts with "
+                "--proxima-kv-layout token, which brings its own backend for 1-token "
+                "pages (Triton or FlashAttention on GPU, torch on CPU); use "
+                "--proxima-kv-layout paged or --proxima off to choose another"
+            )
+    return None
+
+
+def _is_default_scheduler(scheduler_cls: object) -> bool:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    return scheduler_cls is Scheduler or scheduler_cls in (
+        "vllm.v1.core.sched.scheduler.Scheduler",
+    )
+
+
+# --------------------------------------------------------------------------- the engine core
+
+
+def check_kv_cache_config(kv_cache_config: KVCacheConfig, block_size: int) -> None:
+    """The token layout runs one full-attention KV cache group of 1-token pages.
+
+    Raises:
+        ProximaConfigError: the model's KV cache is not one full-attention group,
+            or the engine config was not prepared by ``vllm_proxima.engine_args``.
+    """
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+    way_out = "Use --proxima-kv-layout paged or --proxima off."
+    groups = kv_cache_config.kv_cache_groups
+    if len(groups) != 1:
+        raise ProximaConfigError(
+            f"proxima mode (--proxima-kv-layout token) supports models with one KV cache "
+            f"group; this model has {len(groups)} (hybrid, sliding-window or "
+            f"cross-attention layers). {way_out}"
+        )
+    spec = groups[0].kv_cache_spec
+    if not isinstance(spec, FullAttentionSpec) or isinstance(spec, SlidingWindowSpec):
+        raise ProximaConfigError(
+            "proxima mode (--proxima-kv-layout token) supports full attention only; this "
+            f"model's KV cache is {type(spec).__name__}. {way_out}"
+        )
+    if getattr(spec, "sliding_window", None):
+        raise ProximaConfigError(
+            "proxima mode (--proxima-kv-layout token) does not support sliding-window "
+            f"attention yet. {way_out}"
+        )
+    if spec.block_size != 1 or block_size != 1:
+        raise ProximaConfigError(
+            f"proxima mode (--proxima-kv-layout token) needs block size 1, got "
+            f"{spec.block_size}: the engine config was not prepared by "
+            "vllm_proxima.engine_args"
+        )
+
+
+def check_model_runner(vllm_config: Any) -> None:
+    """Model Runner V1 copies the whole block table to the GPU every step; with
+    1-token pages that table is ``max_model_len`` wide, so the token layout refuses
+    it on GPUs.
+
+    Raises:
+        ProximaConfigError: a GPU model on Model Runner V1.
+    """
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cuda_alike() and not getattr(vllm_config, "use_v2_model_runner", False):
+        raise ProximaConfigError(
+            "proxima mode (--proxima-kv-layout token) on GPU needs vLLM's Model Runner V2 "
+            "(it stages only new block-table entries); this model/config runs on Model "
+            "Runner V1 (MoE, hybrid or a feature V2 lacks). Use --proxima-kv-layout paged "
+            "or --proxima off."
+        )
