@@ -72,6 +72,7 @@ def test_the_runtime_package_defines_one_config_error() -> None:
 
 # --------------------------------------------------------------- what the engine core checks
 
+
 def _kv_config(*specs: Any) -> Any:
     return SimpleNamespace(kv_cache_groups=[SimpleNamespace(kv_cache_spec=s) for s in specs])
 

@@ -142,3 +142,80 @@ def test_token_layout_settings_are_idempotent() -> None:
     apply_to_engine_args(engine_args)  # vLLM may build the config twice
     assert engine_args.block_size == 1 and engine_args.enable_prefix_caching is False
     assert str(getattr(engine_args.attention_backend, "name", "")) == "CUSTOM"
+
+
+# ------------------------------------------------------- the vllm.engine_args_hooks entry point
+
+
+def _parser() -> Any:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return EngineArgs.add_cli_args(FlexibleArgumentParser())
+
+
+def test_installed_entry_point_adds_and_carries_every_proxima_flag() -> None:
+    import importlib.metadata
+
+    hooks = importlib.metadata.entry_points(group="vllm.engine_args_hooks")
+    assert [(ep.name, ep.value) for ep in hooks] == [("proxima", "vllm_proxima.engine_args")]
+    argv = [
+        "--model", str(MODEL), "--proxima", "on", "--proxima-kv-layout", "token",
+        "--proxima-admission", "conservative", "--proxima-horizon", "7",
+        "--proxima-overcommit", "0.25", "--proxima-evict", "arc", "--proxima-debug-invariants",
+    ]  # fmt: skip
+    engine_args = EngineArgs.from_cli_args(_parser().parse_args(argv))
+    assert engine_args.additional_config["proxima"] == {
+        "mode": "on",
+        "kv_layout": "token",
+        "admission": "conservative",
+        "horizon": 7,
+        "overcommit": 0.25,
+        "evict": "arc",
+        "debug_invariants": True,
+    }
+
+
+def test_without_the_entry_point_engine_args_are_upstreams(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.metadata
+
+    from vllm.engine import arg_utils
+
+    real = importlib.metadata.entry_points
+
+    def none_for_hooks(**kw: Any) -> Any:
+        return () if kw.get("group") == arg_utils.ENGINE_ARGS_HOOKS_GROUP else real(**kw)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", none_for_hooks)
+    assert arg_utils.engine_args_hooks("apply_to_engine_args") == []
+    parser = _parser()
+    assert not any(a.startswith("--proxima") for a in parser._option_string_actions)
+    engine_args = EngineArgs.from_cli_args(parser.parse_args(["--model", str(MODEL)]))
+    assert engine_args.additional_config in (None, {})
+
+
+def test_hooks_run_in_entry_point_name_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+    from types import SimpleNamespace
+
+    from vllm.engine import arg_utils
+
+    calls: list[str] = []
+
+    class _EntryPoint:
+        def __init__(self, name: str, hook: Any) -> None:
+            self.name, self._hook = name, hook
+
+        def load(self) -> Any:
+            return self._hook
+
+    hooks = [
+        _EntryPoint("b", SimpleNamespace(apply_to_engine_args=lambda e: calls.append("b"))),
+        _EntryPoint("a", SimpleNamespace(apply_to_engine_args=lambda e: calls.append("a"))),
+        _EntryPoint("c", SimpleNamespace()),  # defines none of the three: skipped
+    ]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kw: hooks)
+    for hook in arg_utils.engine_args_hooks("apply_to_engine_args"):
+        hook(None)
+    assert calls == ["a", "b"]
