@@ -62,7 +62,7 @@ class ProximaConfig:
             Admission then promises no preemption for that many steps, not for
             ever: a request that would outgrow the pool only later is admitted,
             and the KV that stays busy meanwhile is worth more than the rare
-            recompute (docs/architecture.md).
+            recompute.
         overcommit: for ``adaptive``, the fraction of the pool the projected peak
             may exceed (0.0-0.5).
         debug_invariants: check the slot pool's invariants after every change
@@ -75,7 +75,7 @@ class ProximaConfig:
         kv_layout: ``paged`` (vLLM's block pool, block size and attention backend:
             the kernels stock runs), ``token`` (a global pool of 1-token slots read
             by proxima's backends, token-level prefix sharing) or ``auto`` (the
-            layout measured fastest: ``paged``; see docs/architecture.md).
+            layout measured fastest: ``paged``; see :func:`resolve_kv_layout`).
     """
 
     mode: str = "on"
@@ -172,8 +172,8 @@ def resolve_kv_layout(config: ProximaConfig) -> str:
 
     ``paged`` everywhere: on the H200, FlashAttention 3 and Triton over 1-token
     pages ran 0.80-0.90x of stock's FA3 over 16-token blocks on GQA models (and
-    token granularity frees only ~0.1-3 % of KV), while the paged layout runs
-    exactly stock's kernels (docs/architecture.md, docs/benchmarks). An explicit
+    token granularity frees only ~0.1-3 % of KV, the last partial block of each
+    request), while the paged layout runs exactly stock's kernels. An explicit
     ``--proxima-evict lfu|arc`` asks for the token layout's prefix cache.
     """
     if config.evict not in (None, "lru"):
