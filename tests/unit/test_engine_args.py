@@ -219,3 +219,89 @@ def test_hooks_run_in_entry_point_name_order(monkeypatch: pytest.MonkeyPatch) ->
     for hook in arg_utils.engine_args_hooks("apply_to_engine_args"):
         hook(None)
     assert calls == ["a", "b"]
+
+
+# ------------------------------------------------------------------ --proxima auto (the default)
+
+
+def test_default_mode_is_auto_and_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_proxima.config import ProximaConfig
+
+    monkeypatch.delenv("PROXIMA_MODE", raising=False)
+    assert ProximaConfig.from_dict({}).mode == "auto"
+    monkeypatch.setenv("PROXIMA_MODE", "on")
+    assert ProximaConfig.from_dict({}).mode == "on"
+
+
+def test_auto_runs_proxima_where_supported() -> None:
+    engine_args = args("auto")
+    config = apply_to_engine_args(engine_args)
+    assert (config.mode, config.mode_reason) == ("on", "supported")
+    assert engine_args.scheduler_cls == SCHEDULER_CLS
+    assert engine_args.additional_config["proxima"]["mode"] == "on"  # what every process sees
+
+
+STEP_ASIDE = [
+    (None, {"scheduler_cls": "my.Scheduler"}, "--scheduler-cls"),
+    (None, {"decode_context_parallel_size": 2}, "context parallelism"),
+    ("token", {"speculative_config": {"method": "ngram"}}, "speculative decoding"),
+    (
+        "token",
+        {"kv_transfer_config": {"kv_connector": "ExampleConnector", "kv_role": "kv_both"}},
+        "KV connectors",
+    ),
+    ("token", {"enable_expert_parallel": True}, "expert parallelism"),
+    ("token", {"kv_cache_dtype": "fp8"}, "--kv-cache-dtype fp8"),
+    ("token", {"block_size": 16}, "--block-size 16"),
+    ("token", {"attention_backend": "FLASH_ATTN"}, "--attention-backend FLASH_ATTN"),
+]
+
+
+@pytest.mark.parametrize(("layout", "kw", "reason"), STEP_ASIDE)
+def test_auto_steps_aside_where_proxima_would_refuse(
+    layout: str | None, kw: dict[str, Any], reason: str
+) -> None:
+    engine_args = args("auto", layout, **kw)
+    before = {k: getattr(engine_args, k) for k in ("block_size", "scheduler_cls")}
+    config = apply_to_engine_args(engine_args)
+    assert config.mode == "off" and reason in (config.mode_reason or "")
+    assert engine_args.additional_config["proxima"]["mode"] == "off"
+    assert {k: getattr(engine_args, k) for k in before} == before  # stock's flags, untouched
+    with pytest.raises(ProximaConfigError, match="--proxima off"):
+        apply_to_engine_args(args("on", layout, **kw))  # explicit on still refuses
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        ({"sliding_window": 4096}, "a sliding-window model"),
+        ({"layer_types": ["sliding_attention", "full_attention"]}, "a sliding-window model"),
+        ({"is_hybrid": True}, "a hybrid model"),
+        ({"is_encoder_decoder": True}, "an encoder-decoder model"),
+    ],
+)
+def test_auto_steps_aside_for_models_the_token_layout_cannot_run(
+    monkeypatch: pytest.MonkeyPatch, model: dict[str, Any], reason: str
+) -> None:
+    from types import SimpleNamespace
+
+    fake = SimpleNamespace(
+        is_hybrid=model.get("is_hybrid", False),
+        is_encoder_decoder=model.get("is_encoder_decoder", False),
+        hf_text_config=SimpleNamespace(layer_types=model.get("layer_types")),
+        get_sliding_window=lambda: model.get("sliding_window"),
+    )
+    monkeypatch.setattr(EngineArgs, "create_model_config", lambda self: fake)
+    engine_args = args("auto", "token")
+    config = apply_to_engine_args(engine_args)
+    assert (config.mode, config.mode_reason) == ("off", f"{reason} (KV layout token)")
+    assert engine_args.block_size is None  # stock's KV layout
+    # the paged layout runs these models (admission left to vLLM where it cannot project)
+    assert apply_to_engine_args(args("auto", "paged")).mode == "on"
+
+
+def test_auto_keeps_refusing_bad_values() -> None:
+    with pytest.raises(ProximaConfigError, match="--proxima-horizon"):
+        apply_to_engine_args(
+            EngineArgs(model=str(MODEL), additional_config={"proxima": {"horizon": -1}})
+        )

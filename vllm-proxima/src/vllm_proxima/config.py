@@ -30,9 +30,10 @@ if TYPE_CHECKING:
 
 CONFIG_KEY = "proxima"
 MODE_ENV = "PROXIMA_MODE"
-"""Environment variable giving the default mode (``on``/``off``) when no flag says."""
+"""Environment variable giving the default mode (``auto``/``on``/``off``) when no flag says."""
 
-MODES = ("on", "off")
+MODES = ("auto", "on", "off")
+DEFAULT_MODE = "auto"
 ADMISSION_POLICIES = ("stock", "conservative", "adaptive")
 EVICTION_POLICIES = ("lru", "lfu", "arc")
 KV_LAYOUTS = ("auto", "paged", "token")
@@ -52,8 +53,14 @@ class ProximaConfig:
     """Options of proxima mode.
 
     Attributes:
-        mode: ``on`` (token-granular KV manager, the distribution's default) or
-            ``off`` (upstream vLLM behaviour, same install).
+        mode: ``auto`` (the distribution's default: ``on`` where the configuration
+            is supported, ``off`` where it is not), ``on`` (projected-peak admission
+            and proxima's KV accounting; refuses an unsupported configuration at
+            start) or ``off`` (upstream vLLM behaviour, same install). Settled to
+            ``on`` or ``off`` at start (:func:`settle_mode`).
+        mode_reason: why the settled mode is what it is: ``requested`` (``--proxima
+            on|off`` or ``$PROXIMA_MODE``), ``supported`` (``auto``, on) or, for
+            ``auto`` stepping aside, what proxima mode cannot run. ``None`` until settled.
         admission: admission policy for waiting requests: ``stock`` (upstream's:
             admit while slots are free), ``conservative`` (admit only if every
             resident request can reach its ``max_tokens``), ``adaptive``
@@ -86,6 +93,7 @@ class ProximaConfig:
     prefix_sharing: bool | None = None
     evict: str | None = None
     kv_layout: str = "auto"
+    mode_reason: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -182,8 +190,8 @@ def resolve_kv_layout(config: ProximaConfig) -> str:
 
 
 def default_mode() -> str:
-    """Mode used when no flag or option names one: ``$PROXIMA_MODE`` or ``on``."""
-    mode = os.environ.get(MODE_ENV, "on").strip().lower() or "on"
+    """Mode used when no flag or option names one: ``$PROXIMA_MODE`` or ``auto``."""
+    mode = os.environ.get(MODE_ENV, DEFAULT_MODE).strip().lower() or DEFAULT_MODE
     if mode not in MODES:
         raise ProximaConfigError(f"${MODE_ENV} must be one of {', '.join(MODES)}; got {mode!r}")
     return mode
@@ -203,6 +211,51 @@ def attention_choice() -> str:
 # --------------------------------------------------------------------------- vLLM's flags
 
 
+@dataclass(slots=True, frozen=True)
+class Conflict:
+    """A configuration proxima mode cannot run.
+
+    Attributes:
+        reason: what it cannot run, short (the ``reason`` label of
+            ``proxima:mode_info`` when ``auto`` steps aside).
+        message: the error ``--proxima on`` raises: the flag and the way out.
+    """
+
+    reason: str
+    message: str
+
+
+def settle_mode(
+    config: ProximaConfig, engine_args: EngineArgs, model_config: Any = None
+) -> ProximaConfig:
+    """``auto`` settled to ``on`` or ``off``, with the reason; ``on`` checked.
+
+    Args:
+        config: the config with its KV layout resolved.
+        engine_args: vLLM's engine arguments, before any config is built from them.
+        model_config: vLLM's ``ModelConfig`` for the model checks of the token layout
+            under ``auto`` (``None``: not checked here; the engine core checks).
+
+    Raises:
+        ProximaConfigError: ``--proxima on`` with a configuration it cannot run.
+    """
+    if config.mode_reason is not None:
+        return config  # settled already (vLLM may build the config twice)
+    if config.mode == "off":
+        return dataclasses.replace(config, mode_reason="requested")
+    as_on = dataclasses.replace(config, mode="on")
+    conflict = engine_args_conflict(as_on, engine_args)
+    if conflict is None and config.mode == "auto" and model_config is not None:
+        conflict = model_conflict(as_on, model_config)
+    if config.mode == "on":
+        if conflict is not None:
+            raise ProximaConfigError(conflict.message)
+        return dataclasses.replace(config, mode_reason="requested")
+    if conflict is not None:
+        return dataclasses.replace(config, mode="off", mode_reason=conflict.reason)
+    return dataclasses.replace(as_on, mode_reason="supported")
+
+
 def check_engine_args(config: ProximaConfig, engine_args: EngineArgs) -> None:
     """Refuse, at start, the vLLM flags the resolved configuration cannot honour.
 
@@ -213,12 +266,12 @@ def check_engine_args(config: ProximaConfig, engine_args: EngineArgs) -> None:
     Raises:
         ProximaConfigError: the first conflict found, naming the flag and the way out.
     """
-    problem = engine_args_conflict(config, engine_args)
-    if problem is not None:
-        raise ProximaConfigError(problem)
+    conflict = engine_args_conflict(config, engine_args)
+    if conflict is not None:
+        raise ProximaConfigError(conflict.message)
 
 
-def engine_args_conflict(config: ProximaConfig, engine_args: EngineArgs) -> str | None:
+def engine_args_conflict(config: ProximaConfig, engine_args: EngineArgs) -> Conflict | None:
     """Why proxima mode cannot run with these engine arguments, or ``None``.
 
     The paged layout runs upstream's KV manager and kernels, so it refuses only what
@@ -229,28 +282,31 @@ def engine_args_conflict(config: ProximaConfig, engine_args: EngineArgs) -> str 
         return None
     scheduler_cls = engine_args.scheduler_cls
     if scheduler_cls not in (None, SCHEDULER_CLS) and not _is_default_scheduler(scheduler_cls):
-        return (
+        return Conflict(
+            "--scheduler-cls",
             f"--scheduler-cls {scheduler_cls} conflicts with proxima mode, "
             f"which uses {SCHEDULER_CLS}; use --proxima off to run another "
-            "scheduler"
+            "scheduler",
         )
     paged = not config.token_layout
     unsupported = _unsupported_features(engine_args, paged)
     if unsupported:
         layout = "paged" if paged else "token"
-        return (
+        return Conflict(
+            "; ".join(unsupported) + ("" if paged else " (KV layout token)"),
             f"proxima mode (KV layout {layout}) does not support yet: "
             + "; ".join(unsupported)
             + ". Use --proxima off for these"
-            + ("." if paged else ", or --proxima-kv-layout paged.")
+            + ("." if paged else ", or --proxima-kv-layout paged."),
         )
     if paged:
         return None
     if engine_args.block_size not in (None, 1):
-        return (
+        return Conflict(
+            f"--block-size {engine_args.block_size} (KV layout token)",
             f"--block-size {engine_args.block_size} conflicts with --proxima-kv-layout "
             "token, which manages the KV cache in 1-token pages; omit --block-size, use "
-            "--proxima-kv-layout paged, or --proxima off"
+            "--proxima-kv-layout paged, or --proxima off",
         )
     return _attention_backend_conflict(engine_args)
 
@@ -274,7 +330,7 @@ def _unsupported_features(engine_args: EngineArgs, paged: bool) -> list[str]:
     return unsupported
 
 
-def _attention_backend_conflict(engine_args: EngineArgs) -> str | None:
+def _attention_backend_conflict(engine_args: EngineArgs) -> Conflict | None:
     """The token layout brings its own backend: another one named is a conflict."""
     config_backend = getattr(engine_args.attention_config, "backend", None)
     for name, value in (
@@ -285,11 +341,13 @@ def _attention_backend_conflict(engine_args: EngineArgs) -> str | None:
             "CUSTOM",
             "AUTO",
         ):
-            return (
-                f"{name} {getattr(value, 'name', value)} conflicts with "
+            shown = getattr(value, "name", value)
+            return Conflict(
+                f"{name} {shown} (KV layout token)",
+                f"{name} {shown} conflicts with "
                 "--proxima-kv-layout token, which brings its own backend for 1-token "
                 "pages (Triton or FlashAttention on GPU, torch on CPU); use "
-                "--proxima-kv-layout paged or --proxima off to choose another"
+                "--proxima-kv-layout paged or --proxima off to choose another",
             )
     return None
 
@@ -299,6 +357,32 @@ def _is_default_scheduler(scheduler_cls: object) -> bool:
 
     return scheduler_cls is Scheduler or scheduler_cls in (
         "vllm.v1.core.sched.scheduler.Scheduler",
+    )
+
+
+def model_conflict(config: ProximaConfig, model_config: Any) -> Conflict | None:
+    """What the token layout cannot run about the model, known from its config.
+
+    The engine core finds the same from the KV cache groups
+    (:func:`check_kv_cache_config`), but only once the KV cache is being built, too
+    late to run the model the stock way; ``auto`` asks here, before.
+    """
+    if not config.enabled or not config.token_layout:
+        return None
+    hf_config = getattr(model_config, "hf_text_config", None)
+    layer_types = getattr(hf_config, "layer_types", None) or ()
+    if getattr(model_config, "is_hybrid", False):
+        what = "a hybrid model"
+    elif model_config.get_sliding_window() or "sliding_attention" in layer_types:
+        what = "a sliding-window model"
+    elif getattr(model_config, "is_encoder_decoder", False):
+        what = "an encoder-decoder model"
+    else:
+        return None
+    return Conflict(
+        f"{what} (KV layout token)",
+        f"proxima mode (--proxima-kv-layout token) does not support {what} (its KV cache "
+        "is not one full-attention group). Use --proxima-kv-layout paged or --proxima off.",
     )
 
 

@@ -27,7 +27,7 @@ from vllm_proxima.config import (
     ProximaConfig,
     ProximaConfigError,
     attention_choice,
-    check_engine_args,
+    settle_mode,
 )
 
 if TYPE_CHECKING:
@@ -54,14 +54,17 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "proxima",
         f"proxima-vllm {__version__}: token-granular KV cache management. "
-        "On by default; '--proxima off' gives stock vLLM in the same install.",
+        "On by default where the configuration is supported ('--proxima auto'); "
+        "'--proxima off' gives stock vLLM in the same install.",
     )
     group.add_argument(
         "--proxima",
         choices=MODES,
         default=None,
-        help="Projected-peak admission and proxima's KV accounting on (default; or "
-        "$PROXIMA_MODE) or off (upstream vLLM behaviour).",
+        help="auto (default; or $PROXIMA_MODE): proxima where the configuration is "
+        "supported, stock vLLM where it is not (the start line and proxima:mode_info say "
+        "which and why); on: projected-peak admission and proxima's KV accounting, "
+        "refusing at start what they cannot run; off: upstream vLLM behaviour.",
     )
     group.add_argument(
         "--proxima-kv-layout",
@@ -132,13 +135,20 @@ def apply_to_engine_args(engine_args: EngineArgs) -> ProximaConfig:
 
     Idempotent: vLLM may build the config more than once from one EngineArgs.
 
+    ``--proxima auto`` (the default) settles here to ``on``, or to ``off`` where
+    proxima mode cannot run the configuration (:func:`vllm_proxima.config.settle_mode`).
+
     Raises:
-        ProximaConfigError: a bad option, or a flag proxima mode cannot honour
-            (:func:`vllm_proxima.config.check_engine_args`).
+        ProximaConfigError: a bad option, or, with ``--proxima on``, a flag or model
+            proxima mode cannot honour.
     """
     if engine_args.additional_config is None:
         engine_args.additional_config = {}
     config = ProximaConfig.from_dict(engine_args.additional_config.get(CONFIG_KEY)).resolved()
+    model_config = None
+    if config.mode == "auto" and config.token_layout and config.mode_reason is None:
+        model_config = _model_config(engine_args)
+    config = settle_mode(config, engine_args, model_config)
     if config.enabled and config.prefix_sharing is None:
         # Prefix caching keeps its stock switch (on by default in vLLM 0.26).
         config = dataclasses.replace(
@@ -146,7 +156,6 @@ def apply_to_engine_args(engine_args: EngineArgs) -> ProximaConfig:
         )
     # Resolved (mode and layout included), so every engine process agrees on it.
     engine_args.additional_config[CONFIG_KEY] = config.to_dict()
-    check_engine_args(config, engine_args)
     if config.enabled:
         if config.token_layout:
             _apply_token_layout(engine_args)
@@ -166,6 +175,15 @@ def _apply_token_layout(engine_args: EngineArgs) -> None:
         engine_args.attention_backend = AttentionBackendEnum.CUSTOM
 
 
+def _model_config(engine_args: EngineArgs) -> Any:
+    """vLLM's ``ModelConfig`` for ``auto``'s model checks, or ``None`` where it cannot
+    be built (vLLM reports that itself when it builds the config next)."""
+    try:
+        return engine_args.create_model_config()
+    except Exception:  # upstream raises the same error right after
+        return None
+
+
 def _announce(config: ProximaConfig) -> None:
     global _announced
     if _announced:
@@ -178,7 +196,20 @@ def _announce(config: ProximaConfig) -> None:
         __version__,
         vllm.__version__,
         config.mode,
-        f" ({describe(config)})" if config.enabled else "",
+        f" ({mode_account(config)})" if mode_account(config) else "",
+    )
+
+
+def mode_account(config: ProximaConfig) -> str:
+    """The start line's parenthesis: the mode's reason and, when on, what runs."""
+    if config.enabled:
+        auto = "auto: supported; " if config.mode_reason == "supported" else ""
+        return auto + describe(config)
+    if config.mode_reason in (None, "requested"):
+        return ""
+    return (
+        f"auto: stepped aside for {config.mode_reason}; stock vLLM behaviour "
+        "(--proxima on refuses this configuration)"
     )
 
 
