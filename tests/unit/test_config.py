@@ -119,3 +119,32 @@ def test_token_layout_refuses_model_runner_v1_on_gpu(monkeypatch: pytest.MonkeyP
     with pytest.raises(ProximaConfigError, match="Model Runner V2") as err:
         check_model_runner(SimpleNamespace(use_v2_model_runner=False))
     assert "--proxima off" in str(err.value)
+
+
+def test_proxima_engine_args_carry_every_option() -> None:
+    pytest.importorskip("vllm")
+    from vllm_proxima.api import ProximaEngineArgs
+
+    model = PACKAGE.parents[2] / "models" / "tiny-llama"
+    if not (model / "config.json").exists():
+        pytest.skip("tiny model not built (scripts/tiny_model.py)")
+    engine_args = ProximaEngineArgs(
+        model=str(model),
+        proxima="auto",
+        proxima_admission="stock",
+        proxima_overcommit=0.2,
+        proxima_debug_invariants=True,
+        proxima_evict="lfu",
+        proxima_horizon=16,
+        proxima_kv_layout="token",
+    )
+    options = engine_args.additional_config["proxima"]
+    assert ProximaConfig.from_dict(options) == ProximaConfig(
+        mode="auto",
+        admission="stock",
+        overcommit=0.2,
+        debug_invariants=True,
+        evict="lfu",
+        horizon=16,
+        kv_layout="token",
+    )

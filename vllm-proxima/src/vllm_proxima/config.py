@@ -57,7 +57,8 @@ class ProximaConfig:
             is supported, ``off`` where it is not), ``on`` (projected-peak admission
             and proxima's KV accounting; refuses an unsupported configuration at
             start) or ``off`` (upstream vLLM behaviour, same install). Settled to
-            ``on`` or ``off`` at start (:func:`settle_mode`).
+            ``on`` or ``off`` at start (:func:`settle_mode`). ``auto`` is the default
+            of the flag and of :meth:`from_dict`; a config built directly is ``on``.
         mode_reason: why the settled mode is what it is: ``requested`` (``--proxima
             on|off`` or ``$PROXIMA_MODE``), ``supported`` (``auto``, on) or, for
             ``auto`` stepping aside, what proxima mode cannot run. ``None`` until settled.
