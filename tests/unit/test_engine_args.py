@@ -305,3 +305,13 @@ def test_auto_keeps_refusing_bad_values() -> None:
         apply_to_engine_args(
             EngineArgs(model=str(MODEL), additional_config={"proxima": {"horizon": -1}})
         )
+
+
+def test_a_settled_config_is_still_checked() -> None:
+    """A settled dict copied into new engine arguments cannot smuggle in a conflict."""
+    settled = {"mode": "on", "mode_reason": "supported", "kv_layout": "token"}
+    engine_args = EngineArgs(
+        model=str(MODEL), additional_config={"proxima": settled}, block_size=16
+    )
+    with pytest.raises(ProximaConfigError, match="--block-size 16 conflicts"):
+        apply_to_engine_args(engine_args)

@@ -240,8 +240,10 @@ def settle_mode(
     Raises:
         ProximaConfigError: ``--proxima on`` with a configuration it cannot run.
     """
-    if config.mode_reason is not None:
-        return config  # settled already (vLLM may build the config twice)
+    if config.mode_reason is not None:  # settled already (vLLM may build the config twice)
+        if config.enabled:
+            check_engine_args(config, engine_args)  # what proxima set itself never conflicts
+        return config
     if config.mode == "off":
         return dataclasses.replace(config, mode_reason="requested")
     as_on = dataclasses.replace(config, mode="on")
