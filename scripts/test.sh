@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (also CI's: .ci/run). Sets everything up (scripts/setup.sh), checks the patch series
-# round-trips, lints, and runs the whole CPU suite: unit, scheduler simulation, engine end-to-end, OpenAI server,
-# wheels, upstream vLLM's own scheduler tests against the patched tree, and containers when podman exists.
+# round-trips, lints, type-checks the runtime package (mypy), and runs the whole CPU suite: unit, scheduler
+# simulation, engine end-to-end, OpenAI server, wheels, upstream vLLM's own scheduler tests against the
+# patched tree, and containers when podman exists.
 # GPU tests skip without CUDA (their results are in docs/benchmarks/). Extra arguments go to pytest,
 # e.g. `bash scripts/test.sh tests/unit -x`.
 set -euo pipefail
@@ -12,7 +13,9 @@ bash scripts/setup.sh
 echo "[test] patch series round trip"
 python3 scripts/series.py check
 echo "[test] ruff"
-"$VENV/bin/ruff" check vllm-proxima/src proxima-bench/src scripts tests
+"$VENV/bin/ruff" check vllm-proxima/src proxima-bench/src observability scripts tests
+echo "[test] mypy (runtime package; settings in pyproject.toml)"
+"$VENV/bin/mypy" vllm-proxima/src/vllm_proxima
 echo "[test] pytest"
 set +e
 # Container tests build images with podman (~10 min, needs podman): opt in with PROXIMA_CONTAINER_TESTS=1.

@@ -248,14 +248,17 @@ def test_vllm_cli_serve_with_proxima_off(tmp_path: Path) -> None:
         (["--proxima-frobnicate", "1"], "unrecognized arguments: --proxima-frobnicate"),
         (["--proxima-kv-layout", "tiles"], "argument --proxima-kv-layout: invalid choice"),
         (
-            ["--proxima-kv-layout", "token", "--block-size", "16"],
+            ["--proxima", "on", "--proxima-kv-layout", "token", "--block-size", "16"],
             "--block-size 16 conflicts with --proxima-kv-layout token",
         ),
         (
             ["--proxima-kv-layout", "paged", "--proxima-evict", "arc"],
             "--proxima-evict arc needs --proxima-kv-layout token",
         ),
-        (["--decode-context-parallel-size", "2"], "does not support yet: context parallelism"),
+        (  # explicit on refuses; the default (auto) would start as stock (test_auto_mode.py)
+            ["--proxima", "on", "--decode-context-parallel-size", "2"],
+            "does not support yet: context parallelism",
+        ),
     ],
 )
 def test_bad_flags_fail_at_start_with_a_clear_message(flags: list[str], message: str) -> None:

@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("vllm")
 
 from vllm_proxima import attention  # noqa: E402
+from vllm_proxima.config import ProximaConfigError  # noqa: E402
 
 
 class _Capability:
@@ -51,7 +52,7 @@ def test_gpu_default_is_triton_and_flash_attn_is_opt_in(gpu: pytest.MonkeyPatch)
 
 def test_an_unknown_choice_is_refused_by_name(gpu: pytest.MonkeyPatch) -> None:
     gpu.setenv(attention.ENV, "xformers")
-    with pytest.raises(ValueError, match="PROXIMA_ATTENTION='xformers'"):
+    with pytest.raises(ProximaConfigError, match="PROXIMA_ATTENTION='xformers'"):
         attention.backend_path_for_current_platform()
 
 

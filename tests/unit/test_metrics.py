@@ -46,3 +46,30 @@ def test_two_front_ends_count_each_increase_once() -> None:
         )
     assert value("proxima:prefix_query_tokens_total", "3") == totals[-1]
     assert value("proxima:kv_slots_used", "3") == len(totals) - 1
+
+
+@pytest.mark.parametrize(
+    ("proxima", "mode", "reason"),
+    [
+        ({"mode": "on", "mode_reason": "supported"}, "on", "supported"),
+        ({"mode": "off", "mode_reason": "context parallelism"}, "off", "context parallelism"),
+        ({"mode": "off", "mode_reason": "requested"}, "off", "requested"),
+        (None, "off", "no engine-args hook"),  # the config was never settled: stock runs
+    ],
+)
+def test_mode_info_names_the_mode_and_why(
+    monkeypatch: pytest.MonkeyPatch, proxima: dict | None, mode: str, reason: str
+) -> None:
+    monkeypatch.delenv("PROXIMA_MODE", raising=False)
+    config = SimpleNamespace(
+        model_config=SimpleNamespace(served_model_name=f"m-mode-{mode}-{reason}"),
+        additional_config={"proxima": proxima} if proxima else {},
+    )
+    ProximaStatLogger(config, 0)
+    labels = {"model_name": f"m-mode-{mode}-{reason}", "engine": "0"}
+    assert (
+        prometheus_client.REGISTRY.get_sample_value(
+            "proxima:mode_info", {**labels, "mode": mode, "reason": reason}
+        )
+        == 1.0
+    )

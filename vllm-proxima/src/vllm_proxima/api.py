@@ -22,6 +22,8 @@ class ProximaEngineArgs(EngineArgs):
     proxima_overcommit: float | None = None
     proxima_debug_invariants: bool | None = None
     proxima_evict: str | None = None
+    proxima_horizon: int | None = None
+    proxima_kv_layout: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -31,6 +33,8 @@ class ProximaEngineArgs(EngineArgs):
             "overcommit": self.proxima_overcommit,
             "debug_invariants": self.proxima_debug_invariants,
             "evict": self.proxima_evict,
+            "horizon": self.proxima_horizon,
+            "kv_layout": self.proxima_kv_layout,
         }
         options = {k: v for k, v in options.items() if v is not None}
         if options:

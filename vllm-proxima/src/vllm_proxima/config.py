@@ -1,4 +1,14 @@
-"""ProximaConfig: every ``--proxima*`` option, validated once, with clear errors.
+"""ProximaConfig and every check of proxima's configuration, in one place.
+
+One error type, :class:`ProximaConfigError`, whose message names the flag (or
+environment variable) at fault and the way out. What is checked here:
+
+* each ``--proxima*`` value (:class:`ProximaConfig`, when it is built);
+* ``$PROXIMA_MODE`` and ``$PROXIMA_ATTENTION``;
+* the combinations with vLLM's own flags the chosen KV layout cannot run
+  (:func:`check_engine_args`, at start, before any vLLM config is built);
+* what only the engine core knows: the model's KV cache groups and the model
+  runner (:func:`check_kv_cache_config`, :func:`check_model_runner`, token layout).
 
 The options travel from the command line (or ``ProximaEngineArgs`` /
 ``enable_proxima``) to every engine process inside
@@ -12,20 +22,30 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.kv_cache_interface import KVCacheConfig
 
 CONFIG_KEY = "proxima"
 MODE_ENV = "PROXIMA_MODE"
-"""Environment variable giving the default mode (``on``/``off``) when no flag says."""
+"""Environment variable giving the default mode (``auto``/``on``/``off``) when no flag says."""
 
-MODES = ("on", "off")
+MODES = ("auto", "on", "off")
+DEFAULT_MODE = "auto"
 ADMISSION_POLICIES = ("stock", "conservative", "adaptive")
 EVICTION_POLICIES = ("lru", "lfu", "arc")
 KV_LAYOUTS = ("auto", "paged", "token")
+ATTENTION_ENV = "PROXIMA_ATTENTION"
+"""Environment variable choosing the token layout's GPU kernel over 1-token pages."""
+ATTENTION_CHOICES = ("triton", "flash_attn")
+SCHEDULER_CLS = "vllm_proxima.scheduling.scheduler.proxima_scheduler"
 
 
 class ProximaConfigError(ValueError):
-    """A ``--proxima*`` option has a bad value or conflicts with another flag."""
+    """Bad proxima configuration: a bad ``--proxima*`` value, or a vLLM flag or
+    model the chosen mode and KV layout cannot run. The message names the flag."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -33,8 +53,15 @@ class ProximaConfig:
     """Options of proxima mode.
 
     Attributes:
-        mode: ``on`` (token-granular KV manager, the distribution's default) or
-            ``off`` (upstream vLLM behaviour, same install).
+        mode: ``auto`` (the distribution's default: ``on`` where the configuration
+            is supported, ``off`` where it is not), ``on`` (projected-peak admission
+            and proxima's KV accounting; refuses an unsupported configuration at
+            start) or ``off`` (upstream vLLM behaviour, same install). Settled to
+            ``on`` or ``off`` at start (:func:`settle_mode`). ``auto`` is the default
+            of the flag and of :meth:`from_dict`; a config built directly is ``on``.
+        mode_reason: why the settled mode is what it is: ``requested`` (``--proxima
+            on|off`` or ``$PROXIMA_MODE``), ``supported`` (``auto``, on) or, for
+            ``auto`` stepping aside, what proxima mode cannot run. ``None`` until settled.
         admission: admission policy for waiting requests: ``stock`` (upstream's:
             admit while slots are free), ``conservative`` (admit only if every
             resident request can reach its ``max_tokens``), ``adaptive``
@@ -43,7 +70,7 @@ class ProximaConfig:
             Admission then promises no preemption for that many steps, not for
             ever: a request that would outgrow the pool only later is admitted,
             and the KV that stays busy meanwhile is worth more than the rare
-            recompute (docs/architecture.md).
+            recompute.
         overcommit: for ``adaptive``, the fraction of the pool the projected peak
             may exceed (0.0-0.5).
         debug_invariants: check the slot pool's invariants after every change
@@ -56,7 +83,7 @@ class ProximaConfig:
         kv_layout: ``paged`` (vLLM's block pool, block size and attention backend:
             the kernels stock runs), ``token`` (a global pool of 1-token slots read
             by proxima's backends, token-level prefix sharing) or ``auto`` (the
-            layout measured fastest: ``paged``; see docs/architecture.md).
+            layout measured fastest: ``paged``; see :func:`resolve_kv_layout`).
     """
 
     mode: str = "on"
@@ -67,6 +94,7 @@ class ProximaConfig:
     prefix_sharing: bool | None = None
     evict: str | None = None
     kv_layout: str = "auto"
+    mode_reason: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -153,8 +181,8 @@ def resolve_kv_layout(config: ProximaConfig) -> str:
 
     ``paged`` everywhere: on the H200, FlashAttention 3 and Triton over 1-token
     pages ran 0.80-0.90x of stock's FA3 over 16-token blocks on GQA models (and
-    token granularity frees only ~0.1-3 % of KV), while the paged layout runs
-    exactly stock's kernels (docs/architecture.md, docs/benchmarks). An explicit
+    token granularity frees only ~0.1-3 % of KV, the last partial block of each
+    request), while the paged layout runs exactly stock's kernels. An explicit
     ``--proxima-evict lfu|arc`` asks for the token layout's prefix cache.
     """
     if config.evict not in (None, "lru"):
@@ -163,8 +191,257 @@ def resolve_kv_layout(config: ProximaConfig) -> str:
 
 
 def default_mode() -> str:
-    """Mode used when no flag or option names one: ``$PROXIMA_MODE`` or ``on``."""
-    mode = os.environ.get(MODE_ENV, "on").strip().lower() or "on"
+    """Mode used when no flag or option names one: ``$PROXIMA_MODE`` or ``auto``."""
+    mode = os.environ.get(MODE_ENV, DEFAULT_MODE).strip().lower() or DEFAULT_MODE
     if mode not in MODES:
         raise ProximaConfigError(f"${MODE_ENV} must be one of {', '.join(MODES)}; got {mode!r}")
     return mode
+
+
+def attention_choice() -> str:
+    """``$PROXIMA_ATTENTION`` (``triton`` unless set), checked."""
+    choice = os.environ.get(ATTENTION_ENV, "triton").strip().lower() or "triton"
+    if choice not in ATTENTION_CHOICES:
+        raise ProximaConfigError(
+            f"${ATTENTION_ENV}={choice!r}: choose one of "
+            f"{', '.join(sorted(ATTENTION_CHOICES))} (default triton)"
+        )
+    return choice
+
+
+# --------------------------------------------------------------------------- vLLM's flags
+
+
+@dataclass(slots=True, frozen=True)
+class Conflict:
+    """A configuration proxima mode cannot run.
+
+    Attributes:
+        reason: what it cannot run, short (the ``reason`` label of
+            ``proxima:mode_info`` when ``auto`` steps aside).
+        message: the error ``--proxima on`` raises: the flag and the way out.
+    """
+
+    reason: str
+    message: str
+
+
+def settle_mode(
+    config: ProximaConfig, engine_args: EngineArgs, model_config: Any = None
+) -> ProximaConfig:
+    """``auto`` settled to ``on`` or ``off``, with the reason; ``on`` checked.
+
+    Args:
+        config: the config with its KV layout resolved.
+        engine_args: vLLM's engine arguments, before any config is built from them.
+        model_config: vLLM's ``ModelConfig`` for the model checks of the token layout
+            under ``auto`` (``None``: not checked here; the engine core checks).
+
+    Raises:
+        ProximaConfigError: ``--proxima on`` with a configuration it cannot run.
+    """
+    if config.mode_reason is not None:  # settled already (vLLM may build the config twice)
+        if config.enabled:
+            check_engine_args(config, engine_args)  # what proxima set itself never conflicts
+        return config
+    if config.mode == "off":
+        return dataclasses.replace(config, mode_reason="requested")
+    as_on = dataclasses.replace(config, mode="on")
+    conflict = engine_args_conflict(as_on, engine_args)
+    if conflict is None and config.mode == "auto" and model_config is not None:
+        conflict = model_conflict(as_on, model_config)
+    if config.mode == "on":
+        if conflict is not None:
+            raise ProximaConfigError(conflict.message)
+        return dataclasses.replace(config, mode_reason="requested")
+    if conflict is not None:
+        return dataclasses.replace(config, mode="off", mode_reason=conflict.reason)
+    return dataclasses.replace(as_on, mode_reason="supported")
+
+
+def check_engine_args(config: ProximaConfig, engine_args: EngineArgs) -> None:
+    """Refuse, at start, the vLLM flags the resolved configuration cannot honour.
+
+    Args:
+        config: the resolved config (``kv_layout`` not ``auto``).
+        engine_args: vLLM's engine arguments, before any config is built from them.
+
+    Raises:
+        ProximaConfigError: the first conflict found, naming the flag and the way out.
+    """
+    conflict = engine_args_conflict(config, engine_args)
+    if conflict is not None:
+        raise ProximaConfigError(conflict.message)
+
+
+def engine_args_conflict(config: ProximaConfig, engine_args: EngineArgs) -> Conflict | None:
+    """Why proxima mode cannot run with these engine arguments, or ``None``.
+
+    The paged layout runs upstream's KV manager and kernels, so it refuses only what
+    the admission's projection does not model; the token layout refuses every feature
+    its own manager and backends lack.
+    """
+    if not config.enabled:
+        return None
+    scheduler_cls = engine_args.scheduler_cls
+    if scheduler_cls not in (None, SCHEDULER_CLS) and not _is_default_scheduler(scheduler_cls):
+        return Conflict(
+            "--scheduler-cls",
+            f"--scheduler-cls {scheduler_cls} conflicts with proxima mode, "
+            f"which uses {SCHEDULER_CLS}; use --proxima off to run another "
+            "scheduler",
+        )
+    paged = not config.token_layout
+    unsupported = _unsupported_features(engine_args, paged)
+    if unsupported:
+        layout = "paged" if paged else "token"
+        return Conflict(
+            "; ".join(unsupported) + ("" if paged else " (KV layout token)"),
+            f"proxima mode (KV layout {layout}) does not support yet: "
+            + "; ".join(unsupported)
+            + ". Use --proxima off for these"
+            + ("." if paged else ", or --proxima-kv-layout paged."),
+        )
+    if paged:
+        return None
+    if engine_args.block_size not in (None, 1):
+        return Conflict(
+            f"--block-size {engine_args.block_size} (KV layout token)",
+            f"--block-size {engine_args.block_size} conflicts with --proxima-kv-layout "
+            "token, which manages the KV cache in 1-token pages; omit --block-size, use "
+            "--proxima-kv-layout paged, or --proxima off",
+        )
+    return _attention_backend_conflict(engine_args)
+
+
+def _unsupported_features(engine_args: EngineArgs, paged: bool) -> list[str]:
+    unsupported: list[str] = []
+    if not paged and engine_args.kv_transfer_config is not None:
+        unsupported.append("KV connectors / KV offload (--kv-transfer-config)")
+    if not paged and engine_args.speculative_config:
+        unsupported.append("speculative decoding (--speculative-config)")
+    if (engine_args.decode_context_parallel_size or 1) > 1 or (
+        engine_args.prefill_context_parallel_size or 1
+    ) > 1:
+        unsupported.append("context parallelism")
+    if not paged and (engine_args.enable_expert_parallel or engine_args.enable_eplb):
+        # MoE experts hold no KV, but most MoE models run on Model Runner V1, which
+        # the token layout refuses on GPU (its block table is max_model_len wide).
+        unsupported.append("expert parallelism (--enable-expert-parallel, --enable-eplb)")
+    if not paged and engine_args.kv_cache_dtype not in (None, "auto"):
+        unsupported.append(f"--kv-cache-dtype {engine_args.kv_cache_dtype}")
+    return unsupported
+
+
+def _attention_backend_conflict(engine_args: EngineArgs) -> Conflict | None:
+    """The token layout brings its own backend: another one named is a conflict."""
+    config_backend = getattr(engine_args.attention_config, "backend", None)
+    for name, value in (
+        ("--attention-backend", engine_args.attention_backend),
+        ("--attention-config.backend", config_backend),
+    ):
+        if value is not None and str(getattr(value, "name", value)).upper() not in (
+            "CUSTOM",
+            "AUTO",
+        ):
+            shown = getattr(value, "name", value)
+            return Conflict(
+                f"{name} {shown} (KV layout token)",
+                f"{name} {shown} conflicts with "
+                "--proxima-kv-layout token, which brings its own backend for 1-token "
+                "pages (Triton or FlashAttention on GPU, torch on CPU); use "
+                "--proxima-kv-layout paged or --proxima off to choose another",
+            )
+    return None
+
+
+def _is_default_scheduler(scheduler_cls: object) -> bool:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    return scheduler_cls is Scheduler or scheduler_cls in (
+        "vllm.v1.core.sched.scheduler.Scheduler",
+    )
+
+
+def model_conflict(config: ProximaConfig, model_config: Any) -> Conflict | None:
+    """What the token layout cannot run about the model, known from its config.
+
+    The engine core finds the same from the KV cache groups
+    (:func:`check_kv_cache_config`), but only once the KV cache is being built, too
+    late to run the model the stock way; ``auto`` asks here, before.
+    """
+    if not config.enabled or not config.token_layout:
+        return None
+    hf_config = getattr(model_config, "hf_text_config", None)
+    layer_types = getattr(hf_config, "layer_types", None) or ()
+    if getattr(model_config, "is_hybrid", False):
+        what = "a hybrid model"
+    elif model_config.get_sliding_window() or "sliding_attention" in layer_types:
+        what = "a sliding-window model"
+    elif getattr(model_config, "is_encoder_decoder", False):
+        what = "an encoder-decoder model"
+    else:
+        return None
+    return Conflict(
+        f"{what} (KV layout token)",
+        f"proxima mode (--proxima-kv-layout token) does not support {what} (its KV cache "
+        "is not one full-attention group). Use --proxima-kv-layout paged or --proxima off.",
+    )
+
+
+# --------------------------------------------------------------------------- the engine core
+
+
+def check_kv_cache_config(kv_cache_config: KVCacheConfig, block_size: int) -> None:
+    """The token layout runs one full-attention KV cache group of 1-token pages.
+
+    Raises:
+        ProximaConfigError: the model's KV cache is not one full-attention group,
+            or the engine config was not prepared by ``vllm_proxima.engine_args``.
+    """
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+    way_out = "Use --proxima-kv-layout paged or --proxima off."
+    groups = kv_cache_config.kv_cache_groups
+    if len(groups) != 1:
+        raise ProximaConfigError(
+            f"proxima mode (--proxima-kv-layout token) supports models with one KV cache "
+            f"group; this model has {len(groups)} (hybrid, sliding-window or "
+            f"cross-attention layers). {way_out}"
+        )
+    spec = groups[0].kv_cache_spec
+    if not isinstance(spec, FullAttentionSpec) or isinstance(spec, SlidingWindowSpec):
+        raise ProximaConfigError(
+            "proxima mode (--proxima-kv-layout token) supports full attention only; this "
+            f"model's KV cache is {type(spec).__name__}. {way_out}"
+        )
+    if getattr(spec, "sliding_window", None):
+        raise ProximaConfigError(
+            "proxima mode (--proxima-kv-layout token) does not support sliding-window "
+            f"attention yet. {way_out}"
+        )
+    if spec.block_size != 1 or block_size != 1:
+        raise ProximaConfigError(
+            f"proxima mode (--proxima-kv-layout token) needs block size 1, got "
+            f"{spec.block_size}: the engine config was not prepared by "
+            "vllm_proxima.engine_args"
+        )
+
+
+def check_model_runner(vllm_config: Any) -> None:
+    """Model Runner V1 copies the whole block table to the GPU every step; with
+    1-token pages that table is ``max_model_len`` wide, so the token layout refuses
+    it on GPUs.
+
+    Raises:
+        ProximaConfigError: a GPU model on Model Runner V1.
+    """
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cuda_alike() and not getattr(vllm_config, "use_v2_model_runner", False):
+        raise ProximaConfigError(
+            "proxima mode (--proxima-kv-layout token) on GPU needs vLLM's Model Runner V2 "
+            "(it stages only new block-table entries); this model/config runs on Model "
+            "Runner V1 (MoE, hybrid or a feature V2 lacks). Use --proxima-kv-layout paged "
+            "or --proxima off."
+        )

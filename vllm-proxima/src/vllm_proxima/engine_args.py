@@ -1,9 +1,12 @@
-"""The engine-argument hooks the patch series calls (see patches/vllm/).
+"""The engine-argument hooks: the ``vllm.engine_args_hooks`` entry point.
 
-``add_cli_args`` registers the ``--proxima*`` flags, ``from_cli_args`` carries
-their values into ``additional_config["proxima"]`` and ``apply_to_engine_args``
-validates them and sets the engine arguments proxima mode implies, before any
-vLLM config is built. With ``--proxima off`` nothing is changed.
+The engine-args patch (patches/vllm/) loads every object registered in that
+entry-point group and calls the functions it has: ``add_cli_args`` registers the
+``--proxima*`` flags, ``from_cli_args`` carries their values into
+``additional_config["proxima"]`` and ``apply_to_engine_args`` has them checked
+(:mod:`vllm_proxima.config`, where every check lives) and sets the engine
+arguments proxima mode implies, before any vLLM config is built. With
+``--proxima off`` nothing is changed.
 """
 
 from __future__ import annotations
@@ -20,16 +23,17 @@ from vllm_proxima.config import (
     EVICTION_POLICIES,
     KV_LAYOUTS,
     MODES,
+    SCHEDULER_CLS,
     ProximaConfig,
     ProximaConfigError,
+    attention_choice,
+    settle_mode,
 )
 
 if TYPE_CHECKING:
     from vllm.engine.arg_utils import EngineArgs
 
 logger = logging.getLogger("vllm.proxima")
-
-SCHEDULER_CLS = "vllm_proxima.scheduling.scheduler.proxima_scheduler"
 
 # Flag dest -> ProximaConfig field.
 _FLAG_FIELDS = {
@@ -50,14 +54,17 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "proxima",
         f"proxima-vllm {__version__}: token-granular KV cache management. "
-        "On by default; '--proxima off' gives stock vLLM in the same install.",
+        "On by default where the configuration is supported ('--proxima auto'); "
+        "'--proxima off' gives stock vLLM in the same install.",
     )
     group.add_argument(
         "--proxima",
         choices=MODES,
         default=None,
-        help="Projected-peak admission and proxima's KV accounting on (default; or "
-        "$PROXIMA_MODE) or off (upstream vLLM behaviour).",
+        help="auto (default; or $PROXIMA_MODE): proxima where the configuration is "
+        "supported, stock vLLM where it is not (the start line and proxima:mode_info say "
+        "which and why); on: projected-peak admission and proxima's KV accounting, "
+        "refusing at start what they cannot run; off: upstream vLLM behaviour.",
     )
     group.add_argument(
         "--proxima-kv-layout",
@@ -128,12 +135,20 @@ def apply_to_engine_args(engine_args: EngineArgs) -> ProximaConfig:
 
     Idempotent: vLLM may build the config more than once from one EngineArgs.
 
+    ``--proxima auto`` (the default) settles here to ``on``, or to ``off`` where
+    proxima mode cannot run the configuration (:func:`vllm_proxima.config.settle_mode`).
+
     Raises:
-        ProximaConfigError: a bad option, or a flag proxima mode cannot honour.
+        ProximaConfigError: a bad option, or, with ``--proxima on``, a flag or model
+            proxima mode cannot honour.
     """
     if engine_args.additional_config is None:
         engine_args.additional_config = {}
     config = ProximaConfig.from_dict(engine_args.additional_config.get(CONFIG_KEY)).resolved()
+    model_config = None
+    if config.mode == "auto" and config.token_layout and config.mode_reason is None:
+        model_config = _model_config(engine_args)
+    config = settle_mode(config, engine_args, model_config)
     if config.enabled and config.prefix_sharing is None:
         # Prefix caching keeps its stock switch (on by default in vLLM 0.26).
         config = dataclasses.replace(
@@ -142,38 +157,31 @@ def apply_to_engine_args(engine_args: EngineArgs) -> ProximaConfig:
     # Resolved (mode and layout included), so every engine process agrees on it.
     engine_args.additional_config[CONFIG_KEY] = config.to_dict()
     if config.enabled:
-        _check_scheduler_cls(engine_args)
         if config.token_layout:
             _apply_token_layout(engine_args)
-        else:
-            _check_supported(engine_args, paged=True)
         engine_args.scheduler_cls = SCHEDULER_CLS
     _announce(config)
     return config
 
 
-def _check_scheduler_cls(engine_args: EngineArgs) -> None:
-    scheduler_cls = engine_args.scheduler_cls
-    if scheduler_cls not in (None, SCHEDULER_CLS) and not _is_default_scheduler(scheduler_cls):
-        raise ProximaConfigError(
-            f"--scheduler-cls {scheduler_cls} conflicts with proxima mode, "
-            f"which uses {SCHEDULER_CLS}; use --proxima off to run another "
-            "scheduler"
-        )
-
-
 def _apply_token_layout(engine_args: EngineArgs) -> None:
     """1-token pages: block size 1, proxima's backend, its own prefix sharing."""
-    _check_supported(engine_args, paged=False)
-    if engine_args.block_size not in (None, 1):
-        raise ProximaConfigError(
-            f"--block-size {engine_args.block_size} conflicts with --proxima-kv-layout "
-            "token, which manages the KV cache in 1-token pages; omit --block-size, use "
-            "--proxima-kv-layout paged, or --proxima off"
-        )
+    attention_choice()  # a bad $PROXIMA_ATTENTION fails here, not in a worker
     engine_args.block_size = 1
     engine_args.enable_prefix_caching = False  # no block hashing: the radix cache shares
-    _select_attention_backend(engine_args)
+    if getattr(engine_args.attention_config, "backend", None) is None:
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+        engine_args.attention_backend = AttentionBackendEnum.CUSTOM
+
+
+def _model_config(engine_args: EngineArgs) -> Any:
+    """vLLM's ``ModelConfig`` for ``auto``'s model checks, or ``None`` where it cannot
+    be built (vLLM reports that itself when it builds the config next)."""
+    try:
+        return engine_args.create_model_config()
+    except Exception:  # upstream raises the same error right after
+        return None
 
 
 def _announce(config: ProximaConfig) -> None:
@@ -188,7 +196,20 @@ def _announce(config: ProximaConfig) -> None:
         __version__,
         vllm.__version__,
         config.mode,
-        f" ({describe(config)})" if config.enabled else "",
+        f" ({mode_account(config)})" if mode_account(config) else "",
+    )
+
+
+def mode_account(config: ProximaConfig) -> str:
+    """The start line's parenthesis: the mode's reason and, when on, what runs."""
+    if config.enabled:
+        auto = "auto: supported; " if config.mode_reason == "supported" else ""
+        return auto + describe(config)
+    if config.mode_reason in (None, "requested"):
+        return ""
+    return (
+        f"auto: stepped aside for {config.mode_reason}; stock vLLM behaviour "
+        "(--proxima on refuses this configuration)"
     )
 
 
@@ -207,70 +228,6 @@ def describe(config: ProximaConfig) -> str:
         f"admission={config.admission}, KV layout paged: vLLM's own pages, block size and "
         "attention backend (stock's kernels; 1-token-page kernels measured 0.80-0.90x on "
         f"GQA models), prefix caching {sharing}"
-    )
-
-
-def _check_supported(engine_args: EngineArgs, paged: bool) -> None:
-    """Refuse, at start, the features proxima mode does not support yet.
-
-    The paged layout runs upstream's KV manager and kernels, so it refuses only what
-    the admission's projection does not model; the token layout refuses every feature
-    its own manager and backends lack.
-    """
-    unsupported: list[str] = []
-    if not paged and engine_args.kv_transfer_config is not None:
-        unsupported.append("KV connectors / KV offload (--kv-transfer-config)")
-    if not paged and engine_args.speculative_config:
-        unsupported.append("speculative decoding (--speculative-config)")
-    if (engine_args.decode_context_parallel_size or 1) > 1 or (
-        engine_args.prefill_context_parallel_size or 1
-    ) > 1:
-        unsupported.append("context parallelism")
-    if not paged and (engine_args.enable_expert_parallel or engine_args.enable_eplb):
-        # MoE experts hold no KV, but most MoE models run on Model Runner V1, which
-        # the token layout refuses on GPU (its block table is max_model_len wide).
-        unsupported.append("expert parallelism (--enable-expert-parallel, --enable-eplb)")
-    if not paged and engine_args.kv_cache_dtype not in (None, "auto"):
-        unsupported.append(f"--kv-cache-dtype {engine_args.kv_cache_dtype}")
-    if unsupported:
-        layout = "paged" if paged else "token"
-        raise ProximaConfigError(
-            f"proxima mode (KV layout {layout}) does not support yet: "
-            + "; ".join(unsupported)
-            + ". Use --proxima off for these"
-            + ("." if paged else ", or --proxima-kv-layout paged.")
-        )
-
-
-def _select_attention_backend(engine_args: EngineArgs) -> None:
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum
-
-    custom = AttentionBackendEnum.CUSTOM
-    chosen = engine_args.attention_backend
-    config_backend = getattr(engine_args.attention_config, "backend", None)
-    for name, value in (
-        ("--attention-backend", chosen),
-        ("--attention-config.backend", config_backend),
-    ):
-        if value is not None and str(getattr(value, "name", value)).upper() not in (
-            custom.name,
-            "AUTO",
-        ):
-            raise ProximaConfigError(
-                f"{name} {getattr(value, 'name', value)} conflicts with "
-                "--proxima-kv-layout token, which brings its own backend for 1-token "
-                "pages (Triton or FlashAttention on GPU, torch on CPU); use "
-                "--proxima-kv-layout paged or --proxima off to choose another"
-            )
-    if config_backend is None:
-        engine_args.attention_backend = custom
-
-
-def _is_default_scheduler(scheduler_cls: object) -> bool:
-    from vllm.v1.core.sched.scheduler import Scheduler
-
-    return scheduler_cls is Scheduler or scheduler_cls in (
-        "vllm.v1.core.sched.scheduler.Scheduler",
     )
 
 

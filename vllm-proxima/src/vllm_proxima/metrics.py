@@ -124,6 +124,23 @@ def to_deltas(stats: dict[str, Any], emitted: dict[str, float]) -> dict[str, Any
 
 _collectors: dict[str, Any] = {}
 
+MODE_INFO = "proxima:mode_info"
+
+
+def _mode_info_gauge() -> Any:
+    import prometheus_client
+
+    if MODE_INFO not in _collectors:
+        _collectors[MODE_INFO] = prometheus_client.Gauge(
+            MODE_INFO,
+            "1 for the mode this engine runs: mode 'on' (proxima) or 'off' (stock vLLM), and "
+            "why: 'requested' (--proxima on|off), 'supported' (--proxima auto, on) or what "
+            "proxima mode cannot run (--proxima auto, off).",
+            labelnames=[*_LABELS, "mode", "reason"],
+            multiprocess_mode="mostrecent",
+        )
+    return _collectors[MODE_INFO]
+
 
 def _collector(key: str) -> tuple[Any, str]:
     """The Prometheus collector for a stats key (created once per process)."""
@@ -154,6 +171,17 @@ class ProximaStatLogger(StatLoggerBase):
         self.model_name = vllm_config.model_config.served_model_name
         self._children: dict[tuple[str, tuple[str, str]], Any] = {}
         self._last: dict[tuple[str, tuple[str, str]], Any] = {}
+        self._export_mode(vllm_config)
+
+    def _export_mode(self, vllm_config: Any) -> None:
+        """``proxima:mode_info``, once: the engine's config is settled before it starts."""
+        from vllm_proxima.config import ProximaConfig
+
+        config = ProximaConfig.from_vllm_config(vllm_config)
+        mode, reason = config.mode, config.mode_reason or "requested"
+        if mode == "auto":  # never settled: the engine-args hook did not run, stock runs
+            mode, reason = "off", "no engine-args hook"
+        _mode_info_gauge().labels(self.model_name, str(self.engine_index), mode, reason).set(1)
 
     def record(
         self,

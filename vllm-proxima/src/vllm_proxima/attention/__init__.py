@@ -6,7 +6,8 @@ The paged layout registers nothing here: it runs the backend vLLM picks.
 from __future__ import annotations
 
 import logging
-import os
+
+from vllm_proxima.config import ATTENTION_CHOICES, ATTENTION_ENV, attention_choice
 
 logger = logging.getLogger("vllm.proxima")
 
@@ -17,24 +18,21 @@ FLASH_BACKEND = "vllm_proxima.attention.flash_backend.ProximaFlashAttentionBacke
 # $PROXIMA_ATTENTION -> GPU backend. Read by the plugin in every vLLM process (workers
 # inherit the environment), so all ranks agree.
 GPU_BACKENDS = {"triton": TRITON_BACKEND, "flash_attn": FLASH_BACKEND}
-ENV = "PROXIMA_ATTENTION"
+assert set(GPU_BACKENDS) == set(ATTENTION_CHOICES)
+ENV = ATTENTION_ENV
 
 
 def backend_path_for_current_platform() -> str:
     """The class path registered as vLLM's CUSTOM attention backend here.
 
     Raises:
-        ValueError: ``$PROXIMA_ATTENTION`` names no GPU backend.
+        ProximaConfigError: ``$PROXIMA_ATTENTION`` names no GPU backend.
     """
     from vllm.platforms import current_platform
 
     if not current_platform.is_cuda_alike():
         return TORCH_BACKEND
-    choice = os.environ.get(ENV, "triton").strip().lower() or "triton"
-    if choice not in GPU_BACKENDS:
-        raise ValueError(
-            f"${ENV}={choice!r}: choose one of {', '.join(sorted(GPU_BACKENDS))} (default triton)"
-        )
+    choice = attention_choice()
     if choice == "flash_attn" and not _has_fa3(current_platform):
         # FA2 (Ampere, Ada) takes only pages that are multiples of 16; only FA3
         # (Hopper) was measured over 1-token pages. Triton runs on every GPU.
@@ -62,7 +60,7 @@ def describe_token_backend() -> str:
 
     if not current_platform.is_cuda_alike():
         return "proxima's torch attention (CPU)"
-    choice = os.environ.get(ENV, "triton").strip().lower() or "triton"
+    choice = attention_choice()
     kernel = {"triton": "Triton unified_attention", "flash_attn": "FlashAttention"}.get(
         choice, choice
     )

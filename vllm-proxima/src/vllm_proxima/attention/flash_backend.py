@@ -3,8 +3,8 @@
 FA3's paged-KV kernels take any page size; only vLLM's guards insist on multiples of 16
 (``get_supported_kernel_block_sizes`` and ``get_kv_cache_shape``). On the H200 the decode
 kernel at page size 1 ran at 0.96-1.05x of its speed at page size 16, and FA3 was
-1.06-2.9x faster than the Triton kernel proxima uses by default
-(docs/benchmarks/h200-2026-12-03, ``bench/kernels.py``). Chosen by
+1.06-2.9x faster than the Triton kernel proxima uses by default (kernel timings on one
+H200, MHA/GQA shapes, head dims 64 and 128, decode and prefill). Chosen by
 ``PROXIMA_ATTENTION=flash_attn``; not measured end to end yet, so not the default.
 """
 

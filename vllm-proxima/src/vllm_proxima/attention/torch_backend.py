@@ -15,6 +15,7 @@ import torch
 from vllm.v1.attention.backend import (
     AttentionBackend,
     AttentionImpl,
+    AttentionMetadata,
     AttentionMetadataBuilder,
     AttentionType,
     CommonAttentionMetadata,
@@ -61,7 +62,7 @@ class ProximaTorchAttentionBackend(OneTokenPages, AttentionBackend):
 
 
 @dataclass(slots=True)
-class ProximaTorchMetadata:
+class ProximaTorchMetadata(AttentionMetadata):
     num_actual_tokens: int
     query_start_loc: list[int]
     seq_lens: list[int]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from vllm_proxima.config import ProximaConfig
+from vllm_proxima.config import ProximaConfig, check_kv_cache_config, check_model_runner
 from vllm_proxima.kv.manager import ProximaKVCacheManager
 from vllm_proxima.kv.paged import PagedResidency, UnprojectableKVCache, projectable_block_size
 from vllm_proxima.kv.residency import ResidencyView, TokenResidency
@@ -38,38 +38,6 @@ logger = logging.getLogger("vllm.proxima")
 
 STATS_EVERY = 8
 """proxima:* figures are reported every this many steps (and every idle step)."""
-
-
-class ProximaConfigUnsupported(ValueError):
-    """The model or configuration cannot run in proxima mode (yet)."""
-
-
-def check_kv_cache_config(kv_cache_config: KVCacheConfig, block_size: int) -> None:
-    """The token layout runs one full-attention KV cache group of 1-token pages."""
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
-
-    groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise ProximaConfigUnsupported(
-            f"proxima mode supports models with one KV cache group; this model "
-            f"has {len(groups)} (hybrid, sliding-window or cross-attention "
-            "layers). Use --proxima off."
-        )
-    spec = groups[0].kv_cache_spec
-    if not isinstance(spec, FullAttentionSpec) or isinstance(spec, SlidingWindowSpec):
-        raise ProximaConfigUnsupported(
-            f"proxima mode supports full attention only; this model's KV cache "
-            f"is {type(spec).__name__}. Use --proxima off."
-        )
-    if getattr(spec, "sliding_window", None):
-        raise ProximaConfigUnsupported(
-            "proxima mode does not support sliding-window attention yet. Use --proxima off."
-        )
-    if spec.block_size != 1 or block_size != 1:
-        raise ProximaConfigUnsupported(
-            f"proxima mode needs block size 1, got {spec.block_size}: the engine "
-            "config was not prepared by vllm_proxima.engine_args"
-        )
 
 
 class ProximaSchedulerMixin:
@@ -117,7 +85,7 @@ class ProximaSchedulerMixin:
     ) -> ProximaKVCacheManager:
         kv_cache_config = kwargs["kv_cache_config"]
         check_kv_cache_config(kv_cache_config, kwargs["scheduler_block_size"])
-        _check_model_runner(vllm_config)
+        check_model_runner(vllm_config)
         return ProximaKVCacheManager(
             num_slots=kv_cache_config.num_blocks,
             max_model_len=kwargs["max_model_len"],
@@ -279,19 +247,6 @@ class ProximaSchedulerMixin:
             "slots_free": pool.num_free,
             **{k: v for k, v in self._slow_stats.items() if k != "evictable"},
         }
-
-
-def _check_model_runner(vllm_config: VllmConfig) -> None:
-    """Model Runner V1 copies the whole block table to the GPU every step; with
-    1-token pages that table is ``max_model_len`` wide, so refuse it on GPUs."""
-    from vllm.platforms import current_platform
-
-    if current_platform.is_cuda_alike() and not getattr(vllm_config, "use_v2_model_runner", False):
-        raise ProximaConfigUnsupported(
-            "proxima mode on GPU needs vLLM's Model Runner V2 (it stages only new "
-            "block-table entries); this model/config runs on Model Runner V1 "
-            "(MoE, hybrid or a feature V2 lacks). Use --proxima off."
-        )
 
 
 class ProximaScheduler(ProximaSchedulerMixin, Scheduler):
