@@ -11,8 +11,8 @@
 # Each part has a SHA256SUMS; scripts/gpu_device.sh verifies and unpacks them on the host.
 # Adapted from the stock recipe in ../shared/gpu-bundle/make_kit.sh.
 #
-# Usage: bash scripts/gpu_bundle.sh [--force]      (needs the CUDA wheel: scripts/upstream.py fetch --only cuda,
-#        and the patched tree: python3 scripts/series.py import)
+# Usage: bash scripts/gpu_bundle.sh [--force]      (needs the CUDA wheel: proxima_tools.upstream fetch --only cuda,
+#        and the patched tree: proxima_tools.series import)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEST=${DEST:-$ROOT/.gpu-kit}
@@ -24,10 +24,10 @@ log() { echo "[gpu_bundle] $*"; }
 
 WHEEL=${CUDA_WHEEL:-}
 if [ -z "$WHEEL" ]; then
-  WHEEL=$(python3 "$ROOT/scripts/upstream.py" path cuda)
+  WHEEL=$(PYTHONPATH="$ROOT/tools" python3 -m proxima_tools.upstream path cuda)
 fi
 [ -f "$WHEEL" ] || { echo "CUDA wheel not found: $WHEEL" >&2; exit 1; }
-[ -d "$TREE/.git" ] || { echo "patched tree $TREE missing: run python3 scripts/series.py import" >&2; exit 1; }
+[ -d "$TREE/.git" ] || { echo "patched tree $TREE missing: run PYTHONPATH=tools python3 -m proxima_tools.series import" >&2; exit 1; }
 git -C "$TREE" rev-parse -q --verify upstream-0.26.0 >/dev/null || { echo "$TREE has no tag upstream-0.26.0" >&2; exit 1; }
 
 mkdir -p "$DEST/p1" "$DEST/p2/whl" "$WORK"

@@ -2,7 +2,7 @@
 # The GPU proof plans, run on the device machine after scripts/gpu_device.sh setup.
 #   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | f2 | g | serve | serve-sharegpt | smoke | tp2 | ray
 #                                             | kernels | matrix-8b | matrix-7b | matrix-qwen | attrib-8b
-# serve* and matrix-* need the tiny model's tokenizer: carry models/tiny-llama (scripts/tiny_model.py makes it).
+# serve* and matrix-* need the tiny model's tokenizer: carry models/tiny-llama (proxima_tools.tiny_model makes it).
 # tp2 needs 2 GPUs (the nvidia-h200-x2 kind); ray needs Ray in the bundle (pip install ray).
 # Each engine runs in its own process under a time cap; everything lands in /tmp/proof-PLAN and is
 # packed into $OUT/proof-PLAN.tgz (plus results.jsonl and the log uncompressed) because only a few

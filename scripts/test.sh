@@ -10,9 +10,9 @@ VENV=${VENV:-.venv}
 t0=$(date +%s)
 bash scripts/setup.sh
 echo "[test] patch series round trip"
-python3 scripts/series.py check
+PYTHONPATH=tools python3 -m proxima_tools.series check
 echo "[test] ruff"
-"$VENV/bin/ruff" check vllm-proxima/src scripts tests
+"$VENV/bin/ruff" check vllm-proxima/src tools tests
 echo "[test] pytest"
 set +e
 # Container tests build images with podman (~10 min, needs podman): opt in with PROXIMA_CONTAINER_TESTS=1.

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Fetch and verify the pinned upstream vLLM artifacts named in ``upstream.lock``.
 
 Files are found by name in PyPI's PEP 691 JSON simple index, the index's sha256
@@ -9,11 +8,11 @@ and hard-linked (or copied) instead of downloaded.
 
 Usage::
 
-    scripts/upstream.py fetch [--only sdist cuda cpu] [--dest DIR]
-    scripts/upstream.py verify [--only ...] [--dest DIR]
-    scripts/upstream.py path sdist          # prints the local path, fetching if needed
-    scripts/upstream.py info                # prints the lock
-    scripts/upstream.py describe 0.27.0     # lock tables for another release
+    python3 -m proxima_tools.upstream fetch [--only sdist cuda cpu] [--dest DIR]
+    python3 -m proxima_tools.upstream verify [--only ...] [--dest DIR]
+    python3 -m proxima_tools.upstream path sdist      # prints the local path, fetching if needed
+    python3 -m proxima_tools.upstream info            # prints the lock
+    python3 -m proxima_tools.upstream describe 0.27.0 # lock tables for another release
 
 Environment:
     PROXIMA_UPSTREAM_CACHE  destination folder (default ``.cache/upstream``)
@@ -41,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from proxima_tools import REPO_ROOT
+
 DEFAULT_LOCK = REPO_ROOT / "upstream.lock"
 DEFAULT_DEST = REPO_ROOT / ".cache" / "upstream"
 DEFAULT_SEEDS = (REPO_ROOT / ".cache" / "dl",)
@@ -54,7 +54,7 @@ INDEX_ENV = "PROXIMA_PYPI_INDEX"
 
 ARTIFACT_NAMES = ("sdist", "cuda", "cpu")
 PEP691_ACCEPT = "application/vnd.pypi.simple.v1+json"
-USER_AGENT = "proxima-vllm-upstream/1 (+scripts/upstream.py)"
+USER_AGENT = "proxima-vllm-upstream/1 (+tools/proxima_tools/upstream.py)"
 CHUNK = 1 << 20
 
 

@@ -1,4 +1,4 @@
-"""The offline bundle (scripts/offline_bundle.py + scripts/install_bundle.sh).
+"""The offline bundle (proxima_tools.bundle + its install_bundle.sh).
 
 Fast tests (no marker) check the pure helpers. The ``wheel`` tests make a real bundle of our CPU
 wheel with ``--exclude-torch --split-mb`` (about 560 MB, downloaded from the index once per run),
@@ -10,7 +10,6 @@ it) and ``.venv`` with torch 2.11.0.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -21,19 +20,15 @@ from pathlib import Path
 
 import pytest
 
+from proxima_tools import bundle as ob
+from tests.tools.utils import tool_cmd
+
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "offline_bundle.py"
 VERSION = (REPO / "VERSION").read_text().strip()
 CPU_WHEEL = REPO / "dist" / f"vllm-0.26.0+proxima.{VERSION}.cpu-cp38-abi3-manylinux_2_28_x86_64.whl"
 BASE_VENV = Path(os.environ.get("PROXIMA_BASE_VENV", REPO / ".venv"))
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 SPLIT_MB = 64
-
-spec = importlib.util.spec_from_file_location("offline_bundle", SCRIPT)
-assert spec and spec.loader
-ob = importlib.util.module_from_spec(spec)
-sys.modules["offline_bundle"] = ob
-spec.loader.exec_module(ob)
 
 
 # --- helpers
@@ -100,8 +95,7 @@ def test_split_file_round_trips(tmp_path: Path) -> None:
 def test_missing_wheel_is_a_clear_error(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
-            sys.executable,
-            str(SCRIPT),
+            *tool_cmd("bundle"),
             "--variant",
             "cpu",
             "--wheel",
@@ -142,8 +136,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bundles")
     proc = subprocess.run(
         [
-            sys.executable,
-            str(SCRIPT),
+            *tool_cmd("bundle"),
             "--variant",
             "cpu",
             "--exclude-torch",

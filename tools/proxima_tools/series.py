@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Manage the vLLM patch series in ``patches/vllm/`` (quilt/Electron style).
 
 The series is a list of ``git format-patch`` files applied, in the order given
@@ -9,17 +8,17 @@ that ``patches/vllm/`` is exactly what an import/export round trip produces.
 
 Commands::
 
-    scripts/series.py import [--dest build/vllm-src] [--force]
-    scripts/series.py export [--src build/vllm-src]
-    scripts/series.py check
-    scripts/series.py new "Subject" [--src build/vllm-src] [--why ...]
-    scripts/series.py changed-files [--json]
-    scripts/series.py apply --target DIR [--check]
+    python3 -m proxima_tools.series import [--dest build/vllm-src] [--force]
+    python3 -m proxima_tools.series export [--src build/vllm-src]
+    python3 -m proxima_tools.series check
+    python3 -m proxima_tools.series new "Subject" [--src build/vllm-src] [--why ...]
+    python3 -m proxima_tools.series changed-files [--json]
+    python3 -m proxima_tools.series apply --target DIR [--check]
 
 Environment:
     PROXIMA_PATCHES_DIR   patch folder (default ``patches/vllm``)
     PROXIMA_UPSTREAM_SRC  upstream source: an sdist tarball or a folder holding
-                          ``vllm/`` (default: the locked sdist, via scripts/upstream.py)
+                          ``vllm/`` (default: the locked sdist, via tools/proxima_tools/upstream.py)
     PROXIMA_UPSTREAM_LOCK lock file (default ``upstream.lock``)
 """
 
@@ -44,10 +43,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import upstream  # noqa: E402  (sibling module in scripts/)
+from proxima_tools import REPO_ROOT, upstream
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PATCHES = REPO_ROOT / "patches" / "vllm"
 DEFAULT_SRC = REPO_ROOT / "build" / "vllm-src"
 PATCHES_ENV = "PROXIMA_PATCHES_DIR"
@@ -60,7 +57,7 @@ REQUIRED_TRAILERS = ("Why", "Upstreamable", "Removal", "Origin", "Forwarded", "L
 SERIES_HEADER = (
     "# Apply order of the proxima-vllm patch series against the vllm/ tree of the\n"
     "# pinned sdist (upstream.lock).  One patch file per line; '#' starts a comment.\n"
-    "# Written by `scripts/series.py export`; see docs/patches.md.\n"
+    "# Written by `python3 -m proxima_tools.series export`; see docs/patches.md.\n"
 )
 
 # Identity and date of the synthetic upstream base commit: fixed, so the base
@@ -506,7 +503,7 @@ def resolve_upstream_source(
     """Return the upstream source: an sdist tarball or a folder holding ``vllm/``.
 
     Order: ``spec``, then ``PROXIMA_UPSTREAM_SRC``, then the locked sdist
-    (fetched and verified through scripts/upstream.py).
+    (fetched and verified through tools/proxima_tools/upstream.py).
     """
     if spec is None and os.environ.get(UPSTREAM_SRC_ENV):
         spec = Path(os.environ[UPSTREAM_SRC_ENV])
@@ -712,7 +709,7 @@ def import_series(
             if lost:
                 raise SeriesError(
                     f"{dest} holds work that is not in {patches_dir}; "
-                    "run `scripts/series.py export` first, or pass --force to discard it:\n  "
+                    "run `proxima_tools.series export` first, or pass --force to discard it:\n  "
                     + "\n  ".join(lost)
                 )
         log(f"removing the old work tree {dest}")
@@ -767,7 +764,7 @@ def export_series(src: Path, patches_dir: Path, tag: str, *, quiet: bool = False
         SeriesError: Missing tag, merges, empty commits or clashing names.
     """
     if not (src / ".git").exists():
-        raise SeriesError(f"{src} is not a git work tree; run `scripts/series.py import` first")
+        raise SeriesError(f"{src} is not a git work tree; run `proxima_tools.series import` first")
     if (
         git("rev-parse", "--verify", "--quiet", f"refs/tags/{tag}", cwd=src, check=False).returncode
         != 0
@@ -928,7 +925,7 @@ def new_patch(src: Path, subject: str, trailers: dict[str, str], *, stage_all: b
         The patch file name the commit will export to.
     """
     if not (src / ".git").exists():
-        raise SeriesError(f"{src} is not a git work tree; run `scripts/series.py import` first")
+        raise SeriesError(f"{src} is not a git work tree; run `proxima_tools.series import` first")
     if "\n" in subject.strip() or not subject.strip():
         raise SeriesError("the subject must be one non-empty line")
     if stage_all:
@@ -1194,7 +1191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 {k: v for k, v in trailers.items() if v},
                 stage_all=args.all,
             )
-            log(f"committed; `scripts/series.py export` will write it as {name}")
+            log(f"committed; `python3 -m proxima_tools.series export` will write it as {name}")
         elif args.command == "changed-files":
             files = changed_files(patches_dir)
             if args.json:

@@ -1,4 +1,4 @@
-"""Tests for scripts/series.py: import/export round trips, check, apply, changed-files.
+"""Tests for proxima_tools.series: import/export round trips, check, apply, changed-files.
 
 A small synthetic upstream (a fake ``vllm/`` package in a temp dir) keeps these
 fast and offline; one test runs ``check`` on the real sdist when it is cached.
@@ -10,18 +10,16 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
+from proxima_tools import series, upstream
+from tests.tools.utils import tool_cmd
 
-import series  # noqa: E402
-import upstream  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 VERSION = "0.26.0"
 TAG = f"upstream-{VERSION}"
@@ -317,7 +315,7 @@ def test_cli_check_exit_codes(tmp_path: Path, upstream_src: Path, exported: Path
         'schema = 1\n[upstream]\nversion = "0.26.0"\n[artifacts.sdist]\nproject = "vllm"\n'
         f'filename = "vllm-0.26.0.tar.gz"\nsha256 = "{"0" * 64}"\n'
     )
-    cmd = [sys.executable, str(REPO_ROOT / "scripts" / "series.py"), "--lock", str(lock),
+    cmd = [*tool_cmd("series"), "--lock", str(lock),
            "--patches-dir", str(exported), "--upstream", str(upstream_src), "check"]  # fmt: skip
     ok = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stderr
@@ -345,8 +343,7 @@ def test_cli_uses_the_sdist_named_by_the_given_lock(
         f'filename = "vllm-9.9.9.tar.gz"\nsha256 = "{sha}"\n'
     )
     env = {**os.environ, "PROXIMA_UPSTREAM_CACHE": str(cache), "PROXIMA_UPSTREAM_SEED": ""}
-    script = str(REPO_ROOT / "scripts" / "series.py")
-    common = [sys.executable, script, "--lock", str(lock), "--patches-dir", str(patches_dir)]
+    common = [*tool_cmd("series"), "--lock", str(lock), "--patches-dir", str(patches_dir)]
     dest = tmp_path / "src"
     run = subprocess.run(
         [*common, "--offline", "import", "--dest", str(dest)],

@@ -1,14 +1,11 @@
-"""Tests for scripts/tiny_model.py: the embedded tiny Llama default model."""
+"""Tests for proxima_tools.tiny_model: the embedded tiny Llama default model."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -20,19 +17,7 @@ pytest.importorskip("numpy")
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "tiny_model.py"
-
-
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("tiny_model", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-tm = _load_script()
+from proxima_tools import tiny_model as tm  # noqa: E402  (after the importorskips)
 
 
 def _hashes(folder: Path) -> dict[str, str]:

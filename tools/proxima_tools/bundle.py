@@ -1,9 +1,9 @@
-#!/usr/bin/env python3
 """Make an install bundle of proxima-vllm for an air-gapped host.
 
 A bundle is a folder with our wheel (the CPU or CUDA variant), every dependency wheel for one
 target Python and platform, a pinned ``requirements.txt``, the installer (``install.sh``, a copy
-of ``scripts/install_bundle.sh``), ``bundle.env`` (what the installer checks) and ``SHA256SUMS``
+of ``install_bundle.sh`` beside this module), ``bundle.env`` (what the installer checks) and
+``SHA256SUMS``
 over all of it. With ``--split-mb N`` the wheels travel as ``wheels.tar.part-000``, ``-001``, …
 of at most N MiB each; the installer checks every part, joins them and checks the joined tar
 against its own sha256 before unpacking.
@@ -21,7 +21,7 @@ the installer then requires. torchvision/torchaudio/torchcodec (small) stay in t
 
 Usage::
 
-    python3 scripts/offline_bundle.py --variant cpu [--exclude-torch] [--split-mb 60]
+    PYTHONPATH=tools python3 -m proxima_tools.bundle --variant cpu [--exclude-torch] [--split-mb 60]
     bash BUNDLE/install.sh --venv /opt/proxima     # on the target host, no network needed
 
 Prints the bundle folder on stdout; progress goes to stderr. Exit 1 with
@@ -46,11 +46,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from proxima_tools import REPO_ROOT
+
 UPSTREAM_VERSION = "0.26.0"
 TORCH_VERSION = "2.11.0"
 WHEEL_TAG = "cp38-abi3-manylinux_2_28_x86_64"
-INSTALLER = REPO_ROOT / "scripts" / "install_bundle.sh"
+INSTALLER = REPO_ROOT / "tools" / "proxima_tools" / "install_bundle.sh"
 CPU_LOCK = REPO_ROOT / "requirements" / "cpu.lock"
 CHUNK = 1 << 20
 
@@ -374,7 +375,7 @@ def build(args: argparse.Namespace) -> Path:
     wheel = Path(args.wheel) if args.wheel else default_wheel(args.variant, proxima_version)
     if not wheel.is_file():
         raise BundleError(
-            f"{wheel} not found: run python3 scripts/build_wheels.py --variant {args.variant}"
+            f"{wheel} not found: run `python3 -m proxima_tools.wheels --variant {args.variant}`"
         )
     version = wheel_version(wheel)
     if (args.variant == "cpu") != version.endswith(".cpu"):

