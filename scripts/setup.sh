@@ -53,7 +53,7 @@ fi
 
 # 4. our CPU wheel, installed
 want=$(stamp_of "$STAMPS/series" VERSION vllm-proxima/pyproject.toml \
-  $(find tools/proxima_tools -type f -name 'wheel*.py' | sort) \
+  tools/proxima_tools/__init__.py $(find tools/proxima_tools/wheels -type f -name '*.py' | sort) \
   $(find vllm-proxima/src -type f \( -name '*.py' -o -name '*.json' -o -name py.typed \) | sort))
 if [ "$(cat "$STAMPS/wheel-$(basename "$VENV")" 2>/dev/null)" != "$want" ] \
     || ! "$VENV/bin/python" -c "import vllm_proxima" 2>/dev/null; then
