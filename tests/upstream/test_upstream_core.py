@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from proxima_tools import upstream
 from proxima_tools import upstream_tests as ut
 from tests.upstream.conftest import SUMMARY
 
@@ -46,7 +47,7 @@ def prepared() -> Path:
     if importlib.util.find_spec("vllm_proxima") is None:
         pytest.skip(f"{sys.executable} has no vllm_proxima: install our wheel (scripts/setup.sh)")
     if ut.TestsSource.locate() is None:
-        art = ut.upstream.get_artifact("sdist")
+        art = upstream.get_artifact("sdist")
         pytest.skip(
             f"the pinned sdist {art.filename} is not in .cache "
             f"(python3 -m proxima_tools.upstream fetch --only sdist)"

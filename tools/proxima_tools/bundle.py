@@ -518,7 +518,9 @@ anything, then runs pip install --no-index --find-links. Options: bash install.s
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m proxima_tools.bundle",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--variant", choices=("cpu", "cuda"), required=True)
     ap.add_argument("--wheel", help="our wheel (default: dist/ by VERSION and variant)")

@@ -784,7 +784,9 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m proxima_tools.rebase", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument(
         "--versions", nargs="+", metavar="VERSION", help="probe only these releases"
     )

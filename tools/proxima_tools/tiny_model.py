@@ -660,9 +660,10 @@ def _human_size(n_bytes: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
+        prog="python -m proxima_tools.tiny_model",
         description=(
             "Build the tiny seeded Llama (HF format) that proxima-vllm uses as its default model."
-        )
+        ),
     )
     parser.add_argument("--out", type=Path, default=Path("models/tiny-llama"), help="output folder")
     parser.add_argument(

@@ -622,7 +622,9 @@ def _names(only: Sequence[str] | None, lock: dict[str, Any]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m proxima_tools.upstream", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument(
         "--lock", type=Path, help=f"lock file (default ${LOCK_ENV} or upstream.lock)"
     )

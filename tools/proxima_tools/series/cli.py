@@ -28,6 +28,11 @@ from proxima_tools.series.seriesfile import patches_dir_default, read_series
 from proxima_tools.series.tree import import_series, resolve_upstream_source
 
 
+def _package_doc() -> str:
+    """The first paragraph of the package's docstring (its __init__ is loaded by now)."""
+    return (sys.modules[__package__].__doc__ or "").split("\n\n")[0]
+
+
 def _iter_paths(files: dict[str, ChangedFile], with_status: bool) -> Iterator[str]:
     for path, entry in files.items():
         if with_status:
@@ -39,7 +44,9 @@ def _iter_paths(files: dict[str, ChangedFile], with_status: bool) -> Iterator[st
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m proxima_tools.series", description=_package_doc()
+    )
     parser.add_argument(
         "--patches-dir", type=Path, help=f"patch folder (default ${PATCHES_ENV} or patches/vllm)"
     )

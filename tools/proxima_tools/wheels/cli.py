@@ -31,6 +31,11 @@ from proxima_tools.wheels.overlay import check_package_version, collect_package,
 from proxima_tools.wheels.zipwriter import CHUNK
 
 
+def _package_doc() -> str:
+    """The first paragraph of the package's docstring (its __init__ is loaded by now)."""
+    return (sys.modules[__package__].__doc__ or "").split("\n\n")[0]
+
+
 def update_sha256sums(out_dir: Path, built: Sequence[Built]) -> Path:
     """Write ``SHA256SUMS``: lines for what was built, plus older lines whose file still exists."""
     path = out_dir / SHA256SUMS
@@ -75,7 +80,8 @@ def _tables(node: object) -> Iterator[dict[str, object]]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
+        prog="python -m proxima_tools.wheels",
+        description=_package_doc(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--variant", choices=["cpu", "cuda", "all"], required=True)
