@@ -7,20 +7,20 @@
 #                               dist-info whose entry points register proxima's plugins
 #   .gpu-kit/p2/fa3.xz          FlashAttention 3 extension (stock's default backend on Hopper)
 #   .gpu-kit/p2/whl/*.whl       pure-Python and manylinux dependency wheels the host lacks
-#                               (scripts/gpu-wheels.txt), CPython 3.12
-# Each part has a SHA256SUMS; scripts/gpu_device.sh verifies and unpacks them on the host.
+#                               (lab/gpu/wheels.txt), CPython 3.12
+# Each part has a SHA256SUMS; lab/gpu/device.sh verifies and unpacks them on the host.
 # Adapted from the stock recipe in ../shared/gpu-bundle/make_kit.sh.
 #
-# Usage: bash scripts/gpu_bundle.sh [--force]      (needs the CUDA wheel: proxima_tools.upstream fetch --only cuda,
+# Usage: bash lab/gpu/bundle.sh [--force]      (needs the CUDA wheel: proxima_tools.upstream fetch --only cuda,
 #        and the patched tree: proxima_tools.series import)
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DEST=${DEST:-$ROOT/.gpu-kit}
 WORK=${WORK:-$ROOT/build/gpu-bundle}
 TREE=${TREE:-$ROOT/build/vllm-src}
 FORCE=0
 [ "${1:-}" = "--force" ] && FORCE=1
-log() { echo "[gpu_bundle] $*"; }
+log() { echo "[gpu bundle] $*"; }
 
 WHEEL=${CUDA_WHEEL:-}
 if [ -z "$WHEEL" ]; then
@@ -90,7 +90,7 @@ if [ "$FORCE" = 1 ] || [ -z "$(ls -A "$DEST/p2/whl")" ]; then
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 \
     --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     --platform manylinux_2_31_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
-    --platform any -d "$DEST/p2/whl" -r "$ROOT/scripts/gpu-wheels.txt" 2>&1 | grep -v "is ignored: it is neither" || true
+    --platform any -d "$DEST/p2/whl" -r "$ROOT/lab/gpu/wheels.txt" 2>&1 | grep -v "is ignored: it is neither" || true
 fi
 for p in p1 p2; do (cd "$DEST/$p" && find . -type f ! -name SHA256SUMS | sort | xargs sha256sum > SHA256SUMS); done
 for p in p1 p2; do

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU host (the device machine), from the repository root, with the bundle made by
-# scripts/gpu_bundle.sh under .gpu-kit/ (p1 in a first call, p2 in the next, back to back).
-#   bash scripts/gpu_device.sh part1          # verify p1, unpack _C_stable_libtorch to /root/kit, report the host
-#   bash scripts/gpu_device.sh setup          # verify p2, unpack the tree, install the wheels (once per machine)
-#   bash scripts/gpu_device.sh env            # print the exports that put the bundle on PYTHONPATH
-# then e.g.:  eval "$(bash scripts/gpu_device.sh env)"; python3 -m vllm_proxima.bench.engine_ab ...
+# lab/gpu/bundle.sh under .gpu-kit/ (p1 in a first call, p2 in the next, back to back).
+#   bash lab/gpu/device.sh part1          # verify p1, unpack _C_stable_libtorch to /root/kit, report the host
+#   bash lab/gpu/device.sh setup          # verify p2, unpack the tree, install the wheels (once per machine)
+#   bash lab/gpu/device.sh env            # print the exports that put the bundle on PYTHONPATH
+# then e.g.:  eval "$(bash lab/gpu/device.sh env)"; python3 -m vllm_proxima.bench.engine_ab ...
 set -uo pipefail
 KIT=${KIT:-.gpu-kit}
 ROOT=/root/proxima

@@ -1,7 +1,25 @@
 #!/usr/bin/env bash
-# The GPU proof plans, run on the device machine after scripts/gpu_device.sh setup.
-#   bash scripts/gpu_proof.sh PLAN      PLAN = a | b | d | e | f | f2 | g | serve | serve-sharegpt | smoke | tp2 | ray
-#                                             | kernels | matrix-8b | matrix-7b | matrix-qwen | attrib-8b
+# The GPU proof plans, run on the device machine after lab/gpu/device.sh setup.
+#   bash lab/gpu/proof.sh PLAN
+# PLAN, named for what it measures (engine_ab: proxima and stock engines, one process each; serve_ab and
+# matrix: through the OpenAI server):
+#   smoke             one proxima engine, 200 requests: the bundle works
+#   policies-ab       proxima's three admission policies on base, mt4 and overload vs stock (FA3)
+#   backends-ab       the attention kernels, then proxima vs stock with FA3 and with Triton, greedy parity
+#   prefix-sysprompt  shared system prompts, prefix caching on on both sides
+#   prefix-chat       multi-turn chats (200 x 5 turns), prefix caching on, 64 GiB KV
+#   evict-sysprompt   shared system prompts at 2 GiB KV (the cache must evict), per eviction policy
+#   evict-chat        chats at 32 GiB KV (evicting, hits left), per eviction policy
+#   fa3-token-pages   FlashAttention over 1-token pages (PROXIMA_ATTENTION=flash_attn) vs Triton vs stock
+#   serve | serve-sharegpt               the serving A/B, 7B shape: the brief's workload / ShareGPT lengths
+#   kernels                              attention kernels over 1- and 16-token pages, MHA/GQA, hd 64/128
+#   matrix-8b | matrix-7b | matrix-qwen  the workload matrix, stock and proxima servers up at once
+#   attrib-8b         attribution: stock, proxima, proxima with stock admission, whole-future projection
+#   tp2 | ray         tensor parallelism over 2 GPUs; vLLM's Ray executor
+# Old plan names, cited by docs/benchmarks/*/README.md and older results (tags, file names), still work:
+#   a -> policies-ab   b -> backends-ab   d -> prefix-sysprompt   e -> prefix-chat
+#   f -> evict-sysprompt   f2 -> evict-chat   g -> fa3-token-pages
+# (Before the move to lab/gpu/ this was scripts/gpu_proof.sh.)
 # serve* and matrix-* need the tiny model's tokenizer: carry models/tiny-llama (proxima_tools.tiny_model makes it).
 # tp2 needs 2 GPUs (the nvidia-h200-x2 kind); ray needs Ray in the bundle (pip install ray).
 # Each engine runs in its own process under a time cap; everything lands in /tmp/proof-PLAN and is
@@ -9,12 +27,17 @@
 # files come back from a device call. BUDGET_S bounds the whole plan (default 560 s).
 set -uo pipefail
 PLAN=${1:?plan}
+case $PLAN in  # the old names (see above)
+  a) PLAN=policies-ab ;; b) PLAN=backends-ab ;; d) PLAN=prefix-sysprompt ;; e) PLAN=prefix-chat ;;
+  f) PLAN=evict-sysprompt ;; f2) PLAN=evict-chat ;; g) PLAN=fa3-token-pages ;;
+esac
+[ "$PLAN" = "$1" ] || echo "plan $1 is now called $PLAN"
 OUTD=${OUT:-/tmp/out}
 W=/tmp/proof-$PLAN
 mkdir -p "$W" "$OUTD"
 T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-560}
-eval "$(bash scripts/gpu_device.sh env)"
+eval "$(bash lab/gpu/device.sh env)"
 export PYTHONPATH=$PWD/vllm-proxima/src:$PYTHONPATH   # this checkout's vllm_proxima wins over the bundle's
 LOG=$W/log.txt
 
@@ -49,51 +72,51 @@ case $PLAN in
   smoke)
     engine proxima-smoke 200 --engine proxima --runs base --policies adaptive --num-requests 200 --tag smoke
     ;;
-  a)
-    engine proxima-a 330 --engine proxima --runs base:adaptive+conservative+stock,mt4:adaptive,overload:adaptive --tag a
-    engine stock-fa3-a 230 --engine stock-fa3 --runs base,mt4,overload --tag a
+  policies-ab)
+    engine proxima 330 --engine proxima --runs base:adaptive+conservative+stock,mt4:adaptive,overload:adaptive --tag policies-ab
+    engine stock-fa3 230 --engine stock-fa3 --runs base,mt4,overload --tag policies-ab
     ;;
-  b)
+  backends-ab)
     echo "=== kernels" | tee -a "$LOG"
     timeout -k 5 90 python3 -m vllm_proxima.bench.kernels --out "$W/kernels.jsonl" > "$W/kernels.log" 2>&1
     echo "kernels rc=$?"; grep KERNEL "$W/kernels.log" | cut -c1-300; tail -3 "$W/kernels.log" | cut -c1-300
-    engine proxima-b 190 --engine proxima --runs base:adaptive,mt4:adaptive,mt1.5:adaptive,parity:stock --tag b
-    engine stock-fa3-b 75 --engine stock-fa3 --runs base --tag b
-    engine stock-triton-b 90 --engine stock-triton --runs base,parity --tag b
+    engine proxima 190 --engine proxima --runs base:adaptive,mt4:adaptive,mt1.5:adaptive,parity:stock --tag backends-ab
+    engine stock-fa3 75 --engine stock-fa3 --runs base --tag backends-ab
+    engine stock-triton 90 --engine stock-triton --runs base,parity --tag backends-ab
     ;;
-  d)  # issue 8 (a): shared system prompts, prefix caching on on both sides
-    # Caps allow a cold machine's engine start (proxima ~95 s, stock ~60 s; plan d of 2026-12-03).
-    engine proxima-d 200 --engine proxima --prefix-caching --runs sysprompt:adaptive --tag d
-    engine stock-fa3-d 170 --engine stock-fa3 --prefix-caching --runs sysprompt --tag d
+  prefix-sysprompt)  # issue 8 (a): shared system prompts, prefix caching on on both sides
+    # Caps allow a cold machine's engine start (proxima ~95 s, stock ~60 s; plan d, now prefix-sysprompt, of 2026-12-03).
+    engine proxima 200 --engine proxima --prefix-caching --runs sysprompt:adaptive --tag prefix-sysprompt
+    engine stock-fa3 170 --engine stock-fa3 --prefix-caching --runs sysprompt --tag prefix-sysprompt
     ;;
-  e)  # issue 8 (b): multi-turn chats (200 x 5 turns), prefix caching on on both sides.
+  prefix-chat)  # issue 8 (b): multi-turn chats (200 x 5 turns), prefix caching on on both sides.
     # 64 GiB KV (131,072 slots on the 7B shape): at 8 GiB the 200 histories cannot stay cached while
     # the next turns queue (the CPU simulation: 0 % hits on both sides at 16,384 slots, 56-58 % at
     # 131,072; docs/benchmarks/cpu-sim-2026-12-03).
-    engine proxima-e 220 --engine proxima --prefix-caching --kv-bytes $((64 * 1024**3)) \
-      --runs chat:adaptive --tag e
-    engine stock-fa3-e 170 --engine stock-fa3 --prefix-caching --kv-bytes $((64 * 1024**3)) \
-      --runs chat --tag e
+    engine proxima 220 --engine proxima --prefix-caching --kv-bytes $((64 * 1024**3)) \
+      --runs chat:adaptive --tag prefix-chat
+    engine stock-fa3 170 --engine stock-fa3 --prefix-caching --kv-bytes $((64 * 1024**3)) \
+      --runs chat --tag prefix-chat
     ;;
-  f)  # issue 8 (c): shared system prompts at 2 GiB KV, where the cache must evict; per policy
-    engine proxima-f 340 --engine proxima --prefix-caching --kv-bytes $((2 * 1024**3)) \
-      --runs sysprompt:adaptive --evict lru,lfu,arc --num-requests 300 --tag f
-    engine stock-fa3-f 200 --engine stock-fa3 --prefix-caching --kv-bytes $((2 * 1024**3)) \
-      --runs sysprompt --num-requests 300 --tag f
+  evict-sysprompt)  # issue 8 (c): shared system prompts at 2 GiB KV, where the cache must evict; per policy
+    engine proxima 340 --engine proxima --prefix-caching --kv-bytes $((2 * 1024**3)) \
+      --runs sysprompt:adaptive --evict lru,lfu,arc --num-requests 300 --tag evict-sysprompt
+    engine stock-fa3 200 --engine stock-fa3 --prefix-caching --kv-bytes $((2 * 1024**3)) \
+      --runs sysprompt --num-requests 300 --tag evict-sysprompt
     ;;
-  f2)  # issue 8 (c): chats at 32 GiB KV (65,536 slots on the 7B shape), evicting but with hits left:
+  evict-chat)  # issue 8 (c): chats at 32 GiB KV (65,536 slots on the 7B shape), evicting but with hits left:
     # at 2 GiB no history survives on either side (CPU simulation, docs/benchmarks/cpu-sim-2026-12-03)
-    engine proxima-f2 340 --engine proxima --prefix-caching --kv-bytes $((32 * 1024**3)) \
-      --runs chat:adaptive --evict lru,lfu,arc --tag f2
-    engine stock-fa3-f2 200 --engine stock-fa3 --prefix-caching --kv-bytes $((32 * 1024**3)) \
-      --runs chat --tag f2
+    engine proxima 340 --engine proxima --prefix-caching --kv-bytes $((32 * 1024**3)) \
+      --runs chat:adaptive --evict lru,lfu,arc --tag evict-chat
+    engine stock-fa3 200 --engine stock-fa3 --prefix-caching --kv-bytes $((32 * 1024**3)) \
+      --runs chat --tag evict-chat
     ;;
-  g)  # FlashAttention over 1-token pages (PROXIMA_ATTENTION=flash_attn, experimental) vs Triton vs stock
+  fa3-token-pages)  # FlashAttention over 1-token pages (PROXIMA_ATTENTION=flash_attn, experimental) vs Triton vs stock
     export PROXIMA_ATTENTION=flash_attn
-    engine proxima-fa3-g 200 --engine proxima --runs base:adaptive,parity:stock --tag g-fa3
+    engine proxima-fa3 200 --engine proxima --runs base:adaptive,parity:stock --tag fa3-token-pages-fa3
     unset PROXIMA_ATTENTION
-    engine stock-fa3-g 130 --engine stock-fa3 --runs base,parity --tag g
-    engine proxima-triton-g 170 --engine proxima --runs base:adaptive --tag g-triton
+    engine stock-fa3 130 --engine stock-fa3 --runs base,parity --tag fa3-token-pages
+    engine proxima-triton 170 --engine proxima --runs base:adaptive --tag fa3-token-pages-triton
     ;;
   serve|serve-sharegpt)  # issue 6: the serving A/B through the OpenAI server, 7B shape, 8 GiB KV, stock then
     # proxima; serve = the brief's workload (1,000 prompts would take ~2x the time: 400 per point),

@@ -2,11 +2,11 @@
 # Runs several GPU proof plans back to back in one background session on the device machine, so a
 # sequence longer than one call's 10-minute limit keeps the GPU busy between calls (a device call may
 # last 600 s; the machine stays held while calls follow each other within its 30 s idle window).
-#   bash scripts/gpu_session.sh start PLAN:BUDGET_S ...   # detach (setsid) and run the plans in order
-#   bash scripts/gpu_session.sh poll SECONDS               # wait until done or SECONDS passed, then copy
+#   bash lab/gpu/session.sh start PLAN:BUDGET_S ...   # detach (setsid) and run the plans in order
+#   bash lab/gpu/session.sh poll SECONDS               # wait until done or SECONDS passed, then copy
 #                                                          # finished plans' files not sent before (RESEND=1:
 #                                                          # all) and the running plan's folder so far to $OUT
-# Plans are scripts/gpu_proof.sh's; after scripts/gpu_device.sh part1 and setup. Each poll returns
+# Plans are lab/gpu/proof.sh's; after lab/gpu/device.sh part1 and setup. Each poll returns
 # everything finished so far, so a machine lost between calls loses only the plan then running.
 set -uo pipefail
 S=/tmp/gpu-session
@@ -23,7 +23,7 @@ case $mode in
       while read -r item; do
         plan=${item%%:*}; budget=${item#*:}; [ "$budget" = "$item" ] && budget=560
         echo "$(date -u +%T) start $plan (budget ${budget}s)" >> $S/progress
-        OUT=$S/out BUDGET_S=$budget bash scripts/gpu_proof.sh "$plan" > $S/plan-$plan.txt 2>&1
+        OUT=$S/out BUDGET_S=$budget bash lab/gpu/proof.sh "$plan" > $S/plan-$plan.txt 2>&1
         echo "$(date -u +%T) done $plan rc=$?" >> $S/progress
         cp $S/plan-$plan.txt $S/out/ 2>/dev/null
       done < $S/plans
