@@ -388,6 +388,7 @@ def test_source_date_epoch(
     monkeypatch: pytest.MonkeyPatch,
     upstream_cpu: Path,
     package: Path,
+    patched_tree: Path,
 ) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")  # 2026-01-01T00:00:00Z
     res = run_build(
@@ -400,7 +401,7 @@ def test_source_date_epoch(
         "--package",
         str(package),
         "--patched-tree",
-        str(tmp_path / "none"),
+        str(patched_tree),
     )
     assert res.rc == 0, res.stderr
     with zipfile.ZipFile(res.out / CPU_NAME) as zf:
@@ -439,12 +440,15 @@ def test_cuda_variant_keeps_requirements(
     assert any(r.startswith("torch==2.11.0+cpu") for r in reqs)  # CUDA: upstream's, unchanged
 
 
-def test_no_tree_builds_without_overlay(
+def test_no_patched_tree_is_a_clear_error(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     upstream_cpu: Path,
     package: Path,
 ) -> None:
+    """Without the patched tree there is no wheel: upstream's files under proxima's name and
+    version would lack the series (a user building in a container without build/vllm-src)."""
+    missing = tmp_path / "missing"
     res = run_build(
         capsys,
         tmp_path / "d",
@@ -455,18 +459,15 @@ def test_no_tree_builds_without_overlay(
         "--package",
         str(package),
         "--patched-tree",
-        str(tmp_path / "missing"),
+        str(missing),
     )
-    assert res.rc == 0, res.stderr
-    assert "WITHOUT overlay" in res.stderr
-    with zipfile.ZipFile(res.out / CPU_NAME) as zf:
-        for name, data in UPSTREAM_FILES.items():
-            assert zf.read(name) == data
-        prov = json.loads(zf.read(f"{CPU_DIST_INFO}/proxima_build.json"))
-    assert prov["patch_series"] is None
+    assert res.rc == 1
+    assert f"the patched tree {missing} does not exist" in res.stderr
+    assert "proxima_tools.series import" in res.stderr
+    assert not (res.out / CPU_NAME).exists()
 
 
-def test_tree_at_tag_builds_without_overlay(
+def test_tree_at_tag_is_a_clear_error(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     upstream_cpu: Path,
@@ -485,8 +486,9 @@ def test_tree_at_tag_builds_without_overlay(
         "--patched-tree",
         str(tree),
     )
-    assert res.rc == 0, res.stderr
-    assert "no commits beyond upstream-0.26.0" in res.stderr
+    assert res.rc == 1
+    assert "no commits beyond upstream-0.26.0: the patch series is not applied" in res.stderr
+    assert not (res.out / CPU_NAME).exists()
 
 
 @pytest.mark.parametrize(
@@ -570,6 +572,7 @@ def test_missing_upstream_wheel_is_a_clear_error(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     package: Path,
+    patched_tree: Path,
 ) -> None:
     res = run_build(
         capsys,
@@ -581,7 +584,7 @@ def test_missing_upstream_wheel_is_a_clear_error(
         "--package",
         str(package),
         "--patched-tree",
-        str(tmp_path / "none"),
+        str(patched_tree),
     )
     assert res.rc == 1
     assert "upstream wheel" in res.stderr and "not found" in res.stderr
@@ -592,6 +595,7 @@ def test_pyproject_entry_points_are_merged(
     capsys: pytest.CaptureFixture[str],
     upstream_cpu: Path,
     package: Path,
+    patched_tree: Path,
 ) -> None:
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(
@@ -609,7 +613,7 @@ def test_pyproject_entry_points_are_merged(
             "--package",
             str(package),
             "--patched-tree",
-            str(tmp_path / "none"),
+            str(patched_tree),
             "--pyproject",
             str(pyproject),
         ]

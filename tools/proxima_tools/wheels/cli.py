@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             built.append(build_variant(wheels[name], inputs, args.out.resolve(), args.verify))
         sums = update_sha256sums(args.out.resolve(), built)
     except (BuildError, OSError) as exc:
-        print(f"build_wheels: error: {exc}", file=sys.stderr)
+        print(f"proxima_tools.wheels: error: {exc}", file=sys.stderr)
         return 1
     log(f"updated {sums}")
     for b in built:

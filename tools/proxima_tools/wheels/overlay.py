@@ -103,18 +103,25 @@ def _check_change(status: str, path: str) -> None:
         )
 
 
-def load_overlay(tree: Path, base_ref: str) -> Overlay | None:
+def load_overlay(tree: Path, base_ref: str) -> Overlay:
     """Read the patch series' changed files from ``tree``.
 
-    Returns None (build without overlay) if the tree doesn't exist or HEAD is the base.
+    NOTE: there is no build without the series: a wheel of upstream's files alone would carry
+    proxima's name and version and silently lack the hooks, so a missing tree or one without
+    commits beyond the base is an error.
 
     Raises:
-        BuildError: If the tree is not a git work tree, lacks ``base_ref``, HEAD does not
-            descend from it, or a change can't be carried by a wheel overlay.
+        BuildError: If the tree does not exist or is not a git work tree, lacks ``base_ref``,
+            HEAD does not descend from it or equals it, or a change can't be carried by a wheel
+            overlay.
     """
     if not tree.exists():
-        log(f"patched tree {tree} does not exist: building WITHOUT overlay (upstream's files)")
-        return None
+        raise BuildError(
+            f"the patched tree {tree} does not exist, and a wheel without it would carry "
+            "upstream's files without the patch series under proxima's name and version. "
+            f"Make it with `python -m proxima_tools.series import --dest {tree}` (bash "
+            "scripts/setup.sh does), or pass --patched-tree DIR"
+        )
     if not (tree / ".git").exists():
         raise BuildError(
             f"{tree} is not a git work tree (expected python3 -m proxima_tools.series import "
@@ -130,8 +137,10 @@ def load_overlay(tree: Path, base_ref: str) -> Overlay | None:
         raise BuildError(f"HEAD of {tree} does not descend from {base_ref}")
     commits = int(_git(tree, "rev-list", "--count", f"{base}..{head}").decode())
     if commits == 0:
-        log(f"patched tree {tree} has no commits beyond {base_ref}: building WITHOUT overlay")
-        return None
+        raise BuildError(
+            f"the patched tree {tree} has no commits beyond {base_ref}: the patch series is not "
+            "applied. Re-import it with `python -m proxima_tools.series import --force`"
+        )
     if _git(tree, "status", "--porcelain", "--untracked-files=no").strip():
         log(f"warning: {tree} has uncommitted changes; only committed ones (HEAD) are used")
     entries = _diff_entries(tree, base)
