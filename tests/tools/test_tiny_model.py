@@ -64,6 +64,33 @@ def test_reuse_without_force_and_rebuild_with_force(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["m"]
 
 
+def _modes(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mode & 0o777 for p in [folder, *folder.iterdir()]}
+
+
+def test_files_are_world_readable_whatever_the_umask(tmp_path: Path) -> None:
+    """The images' nonroot user (another UID) must read every file: 0644, folder 0755, even
+    with umask 077 and though safetensors writes the weights 0600."""
+    old = os.umask(0o077)
+    try:
+        out = tm.make_tiny_model(tmp_path / "m")
+    finally:
+        os.umask(old)
+    modes = _modes(out)
+    assert modes.pop(out.name) == 0o755
+    assert modes == dict.fromkeys(tm.ALL_FILES, 0o644)
+
+
+def test_reuse_makes_an_older_build_readable(tmp_path: Path) -> None:
+    out = tm.make_tiny_model(tmp_path / "m")
+    weights = out / "model.safetensors"
+    weights.chmod(0o600)  # as builds before the fix left it
+    mtime = weights.stat().st_mtime_ns
+    assert tm.make_tiny_model(out) == out
+    assert weights.stat().st_mode & 0o777 == 0o644
+    assert weights.stat().st_mtime_ns == mtime  # still reused, not rebuilt
+
+
 def test_refuses_foreign_folder_without_force(tmp_path: Path) -> None:
     out = tmp_path / "not-a-model"
     out.mkdir()

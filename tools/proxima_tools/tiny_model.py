@@ -30,6 +30,7 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("RAYON_RS_NUM_CPUS", "1")
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -513,6 +514,19 @@ def _write_model_files(folder: Path) -> None:
     _write_json(folder / MANIFEST_NAME, manifest)
 
 
+def _make_readable(folder: Path) -> None:
+    """Folder 0755, files 0644, whatever the umask and writers chose.
+
+    NOTE: safetensors writes ``model.safetensors`` as 0600. A container running as another UID
+    (the images' ``nonroot`` target) then can't read the weights, and vLLM reports that as a
+    missing file, which sends users looking in the wrong place.
+    """
+    folder.chmod(0o755)
+    for path in folder.iterdir():
+        if path.is_file() and (path.stat().st_mode & 0o777) != 0o644:
+            path.chmod(0o644)
+
+
 def is_complete(out: Path) -> bool:
     """True when ``out`` holds an intact build of this recipe version."""
     manifest_path = out / MANIFEST_NAME
@@ -541,6 +555,8 @@ def make_tiny_model(out: Path, force: bool = False) -> Path:
     out = Path(out).absolute()
     if out.exists() and not force:
         if is_complete(out):
+            with contextlib.suppress(OSError):  # not ours, or read-only: left as it is
+                _make_readable(out)  # a build from before the modes were set
             return out
         raise FileExistsError(
             f"{out} exists but is not a complete {RECIPE} v{RECIPE_VERSION} build; "
@@ -550,7 +566,7 @@ def make_tiny_model(out: Path, force: bool = False) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         _write_model_files(tmp)
-        tmp.chmod(0o755)
+        _make_readable(tmp)
         if out.exists():
             trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
             os.replace(out, trash / "old")
