@@ -234,6 +234,8 @@ def import_series(
     base = commit_all(
         dest,
         f"vLLM {version} upstream ({PACKAGE}/ package)\n\n"
+        # NOTE: it names the old scripts/series.py on purpose: the text is part of the base commit,
+        # and changing it would change the commit ids of every imported tree.
         "Base of the proxima-vllm patch series, imported by scripts/series.py.\n",
         identity=BASE_IDENTITY,
         date=BASE_DATE,
