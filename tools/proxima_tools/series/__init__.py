@@ -18,7 +18,7 @@ Commands::
 Environment:
     PROXIMA_PATCHES_DIR   patch folder (default ``patches/vllm``)
     PROXIMA_UPSTREAM_SRC  upstream source: an sdist tarball or a folder holding
-                          ``vllm/`` (default: the locked sdist, via tools/proxima_tools/upstream.py)
+                          ``vllm/`` (default: the locked sdist, via proxima_tools.upstream)
     PROXIMA_UPSTREAM_LOCK lock file (default ``upstream.lock``)
 """
 

@@ -33,7 +33,7 @@ def resolve_upstream_source(
     """Return the upstream source: an sdist tarball or a folder holding ``vllm/``.
 
     Order: ``spec``, then ``PROXIMA_UPSTREAM_SRC``, then the locked sdist
-    (fetched and verified through tools/proxima_tools/upstream.py).
+    (fetched and verified through proxima_tools.upstream).
     """
     if spec is None and os.environ.get(UPSTREAM_SRC_ENV):
         spec = Path(os.environ[UPSTREAM_SRC_ENV])

@@ -88,7 +88,7 @@ def _prepare(suite: Sequence[str], copy_all: bool, extras: bool, workdir: Path) 
     source = TestsSource.locate()
     if source is None:
         art = upstream.get_artifact("sdist")
-        log(f"{art.filename} is not in .cache; fetching it (tools/proxima_tools/upstream.py)")
+        log(f"{art.filename} is not in .cache; fetching it (proxima_tools.upstream)")
         source = TestsSource.from_tarball(upstream.fetch_artifact("sdist"))
     paths = sorted(source.files) if copy_all else minimal_file_set(source, suite)
     tests_dir = workdir / "tests"

@@ -85,7 +85,7 @@ def open_upstream(path: Path) -> Upstream:
     """Open and sanity-check one of upstream's wheels."""
     if not path.is_file():
         raise BuildError(
-            f"upstream wheel {path} not found (fetch it with tools/proxima_tools/upstream.py "
+            f"upstream wheel {path} not found (fetch it with proxima_tools.upstream "
             "fetch, or pass --cpu-wheel/--cuda-wheel)"
         )
     name = parse_wheel_name(path)
