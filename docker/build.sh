@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds a proxima-vllm image from the repository root with podman (or docker with BuildKit), timing it and
-# printing its size. The wheel must be in dist/ first (python3 scripts/build_wheels.py --variant cpu|cuda).
+# printing its size. The wheel must be in dist/ first (PYTHONPATH=tools python3 -m proxima_tools.wheels --variant cpu|cuda).
 #
 # Usage: bash docker/build.sh cpu|cuda [options] [-- extra build arguments]
 #   --tag TAG            image name (default proxima-vllm:<VERSION>-cpu, proxima-vllm:<VERSION>-cuda13.0)
@@ -48,7 +48,7 @@ else
   TAG=${TAG:-proxima-vllm:$VERSION-cuda13.0}
 fi
 [ "$TARGET" = nonroot ] && [[ "$TAG" != *-nonroot ]] && TAG=$TAG-nonroot
-[ -f "dist/$WHEEL" ] || die "dist/$WHEEL not found: run python3 scripts/build_wheels.py --variant $VARIANT"
+[ -f "dist/$WHEEL" ] || die "dist/$WHEEL not found: run PYTHONPATH=tools python3 -m proxima_tools.wheels --variant $VARIANT"
 
 ENGINE=${CONTAINER_ENGINE:-}
 if [ -z "$ENGINE" ]; then

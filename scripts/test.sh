@@ -11,9 +11,9 @@ VENV=${VENV:-.venv}
 t0=$(date +%s)
 bash scripts/setup.sh
 echo "[test] patch series round trip"
-python3 scripts/series.py check
+PYTHONPATH=tools python3 -m proxima_tools.series check
 echo "[test] ruff"
-"$VENV/bin/ruff" check vllm-proxima/src proxima-bench/src observability scripts tests
+"$VENV/bin/ruff" check vllm-proxima/src proxima-bench/src tools observability scripts tests
 echo "[test] mypy (runtime package; settings in pyproject.toml)"
 "$VENV/bin/mypy" vllm-proxima/src/vllm_proxima
 echo "[test] pytest"

@@ -12,7 +12,7 @@ MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-llama"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if (MODEL / "config.json").exists():
         return
-    skip = pytest.mark.skip(reason="tiny model missing: run scripts/tiny_model.py")
+    skip = pytest.mark.skip(reason="tiny model missing: run python -m proxima_tools.tiny_model")
     for item in items:
         if "tests/bench" in str(item.fspath) and ({"engine", "server"} & set(item.keywords)):
             item.add_marker(skip)

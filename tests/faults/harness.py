@@ -150,7 +150,7 @@ def signal_pid(pid: int, sig: signal.Signals) -> None:
 def require_vllm_and_model() -> str | None:
     """Why the fault tests cannot run here, or None."""
     if not (MODEL / "config.json").is_file():
-        return f"{MODEL} missing (python scripts/tiny_model.py --out models/tiny-llama)"
+        return f"{MODEL} missing (bash scripts/setup.sh makes it)"
     return None
 
 

@@ -127,7 +127,7 @@ def test_proxima_engine_args_carry_every_option() -> None:
 
     model = PACKAGE.parents[2] / "models" / "tiny-llama"
     if not (model / "config.json").exists():
-        pytest.skip("tiny model not built (scripts/tiny_model.py)")
+        pytest.skip("tiny model not built (python -m proxima_tools.tiny_model)")
     engine_args = ProximaEngineArgs(
         model=str(model),
         proxima="auto",

@@ -17,7 +17,7 @@ from vllm_proxima.engine_args import SCHEDULER_CLS, apply_to_engine_args  # noqa
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-llama"
 pytestmark = pytest.mark.skipif(
-    not (MODEL / "config.json").exists(), reason="tiny model not built (scripts/tiny_model.py)"
+    not (MODEL / "config.json").exists(), reason="tiny model not built (proxima_tools.tiny_model)"
 )
 
 

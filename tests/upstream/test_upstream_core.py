@@ -1,7 +1,7 @@
 """Upstream vLLM's tests/v1/core, from the pinned sdist, against the installed (patched) vLLM.
 
 Two runs, ``PROXIMA_MODE=off`` and ``PROXIMA_MODE=on``, each in a fresh pytest process
-started by ``scripts/upstream_tests.py`` (offline, local model configs).  The bar: every
+started by ``proxima_tools.upstream_tests`` (offline, local model configs).  The bar: every
 failure is one stock vLLM has too (``tests/upstream/known_failures.txt``), or, with proxima
 on, one listed there with the reason it is expected to differ.
 
@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
+from proxima_tools import upstream
+from proxima_tools import upstream_tests as ut
 from tests.upstream.conftest import SUMMARY
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
 
-import upstream_tests as ut  # noqa: E402
 
 pytestmark = [pytest.mark.upstream, pytest.mark.timeout(2 * ut.DEFAULT_TIMEOUT_S)]
 
@@ -47,10 +47,10 @@ def prepared() -> Path:
     if importlib.util.find_spec("vllm_proxima") is None:
         pytest.skip(f"{sys.executable} has no vllm_proxima: install our wheel (scripts/setup.sh)")
     if ut.TestsSource.locate() is None:
-        art = ut.upstream.get_artifact("sdist")
+        art = upstream.get_artifact("sdist")
         pytest.skip(
             f"the pinned sdist {art.filename} is not in .cache "
-            f"(python3 scripts/upstream.py fetch --only sdist)"
+            f"(python3 -m proxima_tools.upstream fetch --only sdist)"
         )
     manifest = ut.prepare(ut.DEFAULT_SUITE, copy_all=False)
     if manifest["torchvision"] is None:

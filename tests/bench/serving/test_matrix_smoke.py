@@ -57,7 +57,7 @@ def _env() -> dict[str, str]:
 @pytest.fixture(scope="module", autouse=True)
 def _requirements() -> None:
     if not (MODEL / "config.json").is_file():
-        pytest.skip(f"{MODEL} missing (python scripts/tiny_model.py --out models/tiny-llama)")
+        pytest.skip(f"{MODEL} missing (bash scripts/setup.sh makes it)")
     probe = subprocess.run(
         [
             sys.executable,

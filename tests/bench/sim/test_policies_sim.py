@@ -16,7 +16,7 @@ from proxima_bench.sim.simulate import Workload, make_scheduler, simulate  # noq
 
 MODEL = Path(__file__).resolve().parents[3] / "models" / "tiny-llama"
 pytestmark = pytest.mark.skipif(
-    not (MODEL / "config.json").exists(), reason="tiny model not built (scripts/tiny_model.py)"
+    not (MODEL / "config.json").exists(), reason="tiny model not built (proxima_tools.tiny_model)"
 )
 
 # A scaled-down baseline: 200 requests, prompt U[50,200], output U[32,256],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -172,13 +171,9 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     pytest.importorskip("transformers")
     folder = REPO / "models" / "tiny-llama"
     if not (folder / "tokenizer.json").is_file():
-        script = REPO / "scripts" / "tiny_model.py"
-        spec = importlib.util.spec_from_file_location("tiny_model", script)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        folder = module.make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+        from proxima_tools.tiny_model import make_tiny_model
+
+        folder = make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama")
     return wl.load_tokenizer(folder)
 
 

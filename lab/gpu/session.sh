@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs several GPU proof plans back to back in one background session on the device machine, so a
+# sequence longer than one call's 10-minute limit keeps the GPU busy between calls (a device call may
+# last 600 s; the machine stays held while calls follow each other within its 30 s idle window).
+#   bash lab/gpu/session.sh start PLAN:BUDGET_S ...   # detach (setsid) and run the plans in order
+#   bash lab/gpu/session.sh poll SECONDS               # wait until done or SECONDS passed, then copy
+#                                                          # finished plans' files not sent before (RESEND=1:
+#                                                          # all) and the running plan's folder so far to $OUT
+# Plans are lab/gpu/proof.sh's; after lab/gpu/device.sh part1 and setup. Each poll returns
+# everything finished so far, so a machine lost between calls loses only the plan then running.
+set -uo pipefail
+S=/tmp/gpu-session
+mode=${1:-}; shift || true
+
+case $mode in
+  start)
+    [ -f $S/pid ] && kill -0 "$(cat $S/pid)" 2>/dev/null && { echo "a session is already running"; exit 2; }
+    rm -rf $S; mkdir -p $S/out
+    printf '%s\n' "$@" > $S/plans
+    setsid bash -c '
+      S='"$S"'
+      echo $$ > $S/pid
+      while read -r item; do
+        plan=${item%%:*}; budget=${item#*:}; [ "$budget" = "$item" ] && budget=560
+        echo "$(date -u +%T) start $plan (budget ${budget}s)" >> $S/progress
+        OUT=$S/out BUDGET_S=$budget bash lab/gpu/proof.sh "$plan" > $S/plan-$plan.txt 2>&1
+        echo "$(date -u +%T) done $plan rc=$?" >> $S/progress
+        cp $S/plan-$plan.txt $S/out/ 2>/dev/null
+      done < $S/plans
+      echo "$(date -u +%T) all done" >> $S/progress
+    ' < /dev/null > $S/session.log 2>&1 &
+    sleep 1
+    echo "session started: $(tr '\n' ' ' < $S/plans)"
+    ;;
+  poll)
+    secs=${1:-540}
+    t0=$(date +%s)
+    while [ $(( $(date +%s) - t0 )) -lt "$secs" ] && ! grep -q "all done" $S/progress 2>/dev/null; do
+      sleep 5
+    done
+    cat $S/progress 2>/dev/null
+    running=$(ls -t $S/plan-*.txt 2>/dev/null | head -1)
+    [ -n "$running" ] && { echo "--- $running (tail)"; tail -15 "$running" | cut -c1-300; }
+    # Only files not returned by an earlier poll (name and size): a device call brings back a
+    # handful of files, and re-sending finished plans crowded out the new ones.
+    touch $S/sent
+    for f in $S/out/*; do
+      [ -f "$f" ] || continue
+      key="$(basename "$f") $(stat -c %s "$f")"
+      if [ "${RESEND:-0}" = 1 ] || ! grep -qxF "$key" $S/sent; then
+        cp "$f" "${OUT:-/tmp/out}/" && echo "$key" >> $S/sent
+      fi
+    done
+    # the plan still running: its folder so far (results of finished runs inside it)
+    for d in /tmp/proof-*; do
+      grep -q "done ${d#/tmp/proof-} " $S/progress 2>/dev/null && continue
+      [ -d "$d" ] && tar czf "${OUT:-/tmp/out}/partial-$(basename "$d").tgz" -C "$d" . 2>/dev/null
+    done
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader
+    ;;
+  *) echo "usage: $0 start PLAN:BUDGET_S ... | poll SECONDS"; exit 1 ;;
+esac
