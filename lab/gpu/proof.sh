@@ -15,6 +15,7 @@
 #   kernels                              attention kernels over 1- and 16-token pages, MHA/GQA, hd 64/128
 #   matrix-8b | matrix-7b | matrix-qwen  the workload matrix, stock and proxima servers up at once
 #   attrib-8b         attribution: stock, proxima, proxima with stock admission, whole-future projection
+#   soak-8b           the overload soak (stock then proxima, RATE req/s for SOAK_S s each; issue 15)
 #   tp2 | ray         tensor parallelism over 2 GPUs; vLLM's Ray executor
 # Old plan names, cited by docs/benchmarks/*/README.md and older results (tags, file names), still work:
 #   a -> policies-ab   b -> backends-ab   d -> prefix-sysprompt   e -> prefix-chat
@@ -167,6 +168,22 @@ case $PLAN in
     echo "=== matrix rc=$?" | tee -a "$LOG"; tail -40 "$W/matrix.log" | cut -c1-300
     cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
     cp "$W/matrix/report.md" "$OUTD/$PLAN-report.md" 2>/dev/null
+    ;;
+  soak-8b)  # issue 15: overload soak, Llama-3-8B shape, 4 GiB KV, stock then proxima in the same lease.
+    # RATE default 124 req/s = 4x the knee (c=32 on the mix: ~4,456 tok/s / ~144 output tokens a
+    # request ~ 31 req/s; matrix run 1), i.e. ~1.8x the burst throughput: the queue grows for the
+    # whole soak, so the client timeout must cover the drain (~250 s after a 300 s soak).
+    shape=llama-3-8b
+    [ -d /tmp/$shape ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
+      --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+    l=$(left)
+    echo "=== soak $shape at ${RATE:-124} req/s, ${SOAK_S:-300} s a mode (cap $((l - 5))s)" | tee -a "$LOG"
+    timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.soak --model /tmp/$shape \
+      --rate "${RATE:-124}" --seconds "${SOAK_S:-300}" --timeout 900 --out "$W/soak" -- \
+      --load-format dummy --dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.42 \
+      --kv-cache-memory-bytes $((4 * 1024**3)) > "$W/soak.log" 2>&1
+    echo "=== soak rc=$?" | tee -a "$LOG"; tail -20 "$W/soak.log" | cut -c1-400
+    cp "$W/soak/soak.json" "$W/soak/soak.png" "$OUTD/" 2>/dev/null
     ;;
   attrib-8b)  # issue 13 attribution: four servers on the Llama-3-8B shape, points repeated twice:
     # stock; proxima (defaults); admit-stock (proxima's hooks, upstream's admission: the hooks' cost);
