@@ -84,16 +84,10 @@ def test_each_engine_has_its_own_pool_and_both_serve(runs: dict[str, dict]) -> N
     # One pool per engine core, one series per engine (no per-process duplicates).
     slots = series(on["metrics"], "proxima:kv_slots_total", unique=True)
     assert set(slots) == {"0", "1"} and len(set(slots.values())) == 1 and slots["0"] > 0
-    queried = series(on["metrics"], "proxima:prefix_query_tokens_total")
-    # Every prompt was looked up whole, less its last token, exactly once.
-    print(
-        on["prompt_tokens"],
-        queried,
-        series(on["metrics"], "vllm:prompt_tokens_total"),
-        series(on["metrics"], "proxima:prefix_hit_tokens_total"),
-        series(on["metrics"], "vllm:prefix_cache_queries_total"),
-    )
-    assert sum(queried.values()) == on["prompt_tokens"] - len(PROMPTS)
+    # Every prompt was looked up once, when admitted: in the paged layout (the default) the
+    # prefix cache is vLLM's and so is the count (whole prompts, in tokens).
+    queried = series(on["metrics"], "vllm:prefix_cache_queries_total")
+    assert sum(queried.values()) == on["prompt_tokens"], queried
 
 
 def series(metrics: str, name: str, unique: bool = False) -> dict[str, float]:

@@ -185,7 +185,7 @@ def test_directly_built_scheduler_is_upstreams(monkeypatch: pytest.MonkeyPatch) 
     # The hooks' defaults, called on a stand-in for the scheduler's state.
     hooks: Any = Scheduler
     state = SimpleNamespace(running=["oldest", "middle", "newest"])
-    assert hooks._admission_decision(state, None, 16, 0) == "admit"
+    assert hooks._admission_decision(state, None, 16, 0, None) == "admit"
     assert hooks._pop_preemption_victim(state, 0) == "newest"  # FCFS: the newest
     assert state.running == ["oldest", "middle"]
     assert hooks._make_plugin_stats(state) is None
