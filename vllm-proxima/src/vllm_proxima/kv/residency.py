@@ -83,7 +83,7 @@ class KVShape(NamedTuple):
         count holds from one allocation to the next.
         """
         b = self.page_size
-        total: Any = 0
+        total: Any = tokens * 0  # an array of zeros for an array (no windows: none)
         for w in self.windows:
             total = total + np.minimum(-(-tokens // b), 1 + -(-(w - 2 + step) // b))
         return total
