@@ -13,13 +13,21 @@ policy (:class:`~vllm_proxima.kv.residency.ResidencyView`):
 - the distinct shared pages are the pages held by anyone (the pool's used count)
   less the pages each resident holds alone: no pass over shared prefixes.
 
-Cost per call: O(requests x log(pages)); O(requests) without prefix caching.
+Several KV cache groups (vLLM's hybrid KV cache manager: full-attention and
+sliding-window layers over one pool, :func:`kv_cache_shape`): pages are summed over
+groups. Every full group's list is like the first's (hits and growth are common to
+all groups); a sliding group's list is null pages (left the window) then real ones,
+whose shared pages need not lead, so they are counted one by one (at most the window's
+pages per request).
+
+Cost per call: O(requests x log(pages)); O(requests) without prefix caching; plus
+O(requests x window pages) per sliding group with prefix caching.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -117,11 +125,15 @@ class PagedResidency:
         windowed = [type(m) is SlidingWindowManager for m in managers]
         # Group indices (a hit's ``blocks[g]``) and page lists, full and sliding.
         self._full_groups = [g for g, w in enumerate(windowed) if not w]
-        self._full = [managers[g].req_to_blocks for g in self._full_groups]
-        self._window = [m.req_to_blocks for m, w in zip(managers, windowed, strict=True) if w]
+        self._full: list[Mapping[str, list[KVCacheBlock]]] = [
+            managers[g].req_to_blocks for g in self._full_groups
+        ]
+        self._window: list[Mapping[str, list[KVCacheBlock]]] = [
+            m.req_to_blocks for m, w in zip(managers, windowed, strict=True) if w
+        ]
         self._fulls = len(self._full)
         # Full groups' page lists: the first speaks for the holders of a hit.
-        self._blocks: dict[str, list[KVCacheBlock]] = self._full[0] if self._full else {}
+        self._blocks: Mapping[str, list[KVCacheBlock]] = self._full[0] if self._full else {}
         self._sharing = bool(manager.enable_caching)
 
     @property
