@@ -55,8 +55,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from vllm_proxima.scheduling.lengths import OutputLengthModel
-from vllm_proxima.scheduling.projection import projected_peak, windowed_peak
+from vllm_proxima.scheduling.projection import projected_peak
 from vllm_proxima.scheduling.victim import cheapest_to_recompute
+from vllm_proxima.scheduling.windows import Windows, worst_window_pages
 
 if TYPE_CHECKING:
     from vllm.v1.request import Request
@@ -165,20 +166,20 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         # departs frees at most its max_tokens pages): request id -> (over, _freed then).
         self._freed = 0
         self._failed: dict[str, tuple[int, int]] = {}
-        # Sliding-window groups (hybrid and all-sliding models): each request's bound
-        # of its window pages before (``_high``) and from (``_low``) step ``_until``.
+        # Window pages of sliding-window groups (None: one full group, plain projection).
         shape = getattr(view, "shape", None)
-        self._windows = shape is not None and not shape.uniform
-        self._low: np.ndarray | None = None
-        self._high: np.ndarray | None = None
-        self._until: np.ndarray | None = None
+        self._win = (
+            Windows(shape, self.chunk_tokens, view.max_model_len, view.lookahead_tokens)
+            if shape is not None and not shape.uniform
+            else None
+        )
         self._chunk_steps: np.ndarray | None = None
 
     def begin_step(self) -> None:
         self._residents = None
         self._held = None
         self._skips = 0
-        if self._windows:
+        if self._win is not None:
             # A peak can fall without a departure here (a prompt's window pages are
             # freed once it is in), so a failure is not remembered across steps.
             self._gen += 1
@@ -202,28 +203,10 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._held = res.own
         self._remaining = self._project(total, computed, generated, max_tokens)
         self._shared = res.shared
-        if self._windows:
-            shape = self.view.shape
+        if self._win is not None:
             prompts = np.fromiter((r.num_prompt_tokens for r in running), dtype=np.int64, count=n)
-            final = np.minimum(prompts + max_tokens, self.view.max_model_len)
-            low = shape.window_pages(final + self.view.lookahead_tokens, shape.decode_step)
-            now = res.window if res.window is not None else np.zeros(n, dtype=np.int64)
-            # A decoding request has one token not computed yet (the one it samples).
-            prefilling = total - computed > 1
-            chunks = self._chunk_steps
-            assert chunks is not None
-            high = np.where(
-                prefilling,
-                np.maximum(now, shape.window_pages(total + shape.decode_step, shape.prefill_step)),
-                now,
-            )
-            self._low = np.asarray(low, dtype=np.int64)
-            self._high = np.maximum(high, self._low)
-            # Prefill pages last until the request's allocation after its last chunk is
-            # in (``batches`` steps on): requests allocated before it in that step still
-            # find them held, so that step counts too. Pages held now above ``low``: the
-            # same, from now.
-            self._until = np.where(prefilling, chunks + shape.batches, shape.batches + 1)
+            assert self._chunk_steps is not None
+            self._win.residents(res.window, total, computed, prompts, max_tokens, self._chunk_steps)
 
     def _project(
         self,
@@ -289,8 +272,10 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         # is read from the argument; placing it among the residents needs them read.
         hit = self.view.hit(request, computed_blocks, num_computed_tokens)
         page = self.view.page_size
-        fulls = self.view.shape.full if self._windows else 1
-        low = self._window_low(request) if self._windows else 0
+        fulls, low = 1, 0
+        if self._win is not None:
+            fulls = self._win.shape.full
+            low = self._win.candidate(request, num_computed_tokens, self._queued)
         if self.view.held_pages() + fulls * -(
             -self.view.own_tokens(request, hit.pinned) // page
         ) + low > (self._capacity()):
@@ -314,18 +299,13 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         if self.horizon:
             # Up to the horizon: requests alive beyond it count at their size there.
             remaining = np.minimum(remaining, self.horizon)
-        if self._windows:
-            assert self._low is not None and self._high is not None and self._until is not None
-            high, until = self._window_high(request, num_computed_tokens, low)
-            lows = np.append(self._low, low)
-            highs = np.append(self._high, high)
-            untils = np.append(self._until, until)
-            peak = shared + windowed_peak(held, remaining, self.view.shape, lows, highs, untils)
+        if self._win is not None:
+            peak = shared + self._win.peak(held, remaining)
         else:
             peak = shared + projected_peak(held, remaining, page)
         if peak <= self._capacity() or not running:
-            if self._windows:
-                self._low, self._high, self._until = lows, highs, untils
+            if self._win is not None:
+                self._win.admit()
             self._held, self._remaining, self._shared = held, remaining, shared
             self._queued += max(request.num_tokens - num_computed_tokens, 0)
             self.last_projected_peak = peak
@@ -333,28 +313,9 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             return "admit"
         # Between departures every resident only grows, so neither the peak nor its
         # part within a horizon sliding forward can fall: remember by how much it failed.
-        if not self._windows:
+        if not self._win is not None:
             self._failed[request.request_id] = (peak - self._capacity(), self._freed)
         return self._defer(request)
-
-    def _window_low(self, request: Request) -> int:
-        """Sliding-window pages the candidate holds at most once decoding."""
-        shape = self.view.shape
-        final = min(request.num_prompt_tokens + request.max_tokens, self.view.max_model_len)
-        return int(shape.window_pages(final + self.view.lookahead_tokens, shape.decode_step))
-
-    def _window_high(self, request: Request, computed: int, low: int) -> tuple[int, int]:
-        """The candidate's sliding-window pages while its prompt goes in, and the step
-        they last until (its chunks behind the queue, then ``batches`` steps: the
-        step of the allocation that frees them counts, as requests allocated before
-        it in that step find them still held)."""
-        shape = self.view.shape
-        left = max(request.num_tokens - computed, 0)
-        if left <= 1:
-            return low, 0
-        pages = int(shape.window_pages(request.num_tokens + shape.decode_step, shape.prefill_step))
-        chunks = -(-(self._queued + left) // self.chunk_tokens)
-        return max(pages, low), chunks + shape.batches
 
     def _defer(self, request: Request) -> Decision:
         """Skip the request this step, or stop admitting when it waited long enough."""
@@ -375,14 +336,11 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             min(request.num_prompt_tokens + request.max_tokens, self.view.max_model_len)
             + self.view.lookahead_tokens
         )
-        if self._windows:
-            # Every page it can hold at once: full groups at its last token; windows
-            # at their prefill bound (never below the decode one).
+        if self._win is not None:
+            # Every page it can hold at once: full groups at its last token, windows
+            # at their prefill bound.
             shape = self.view.shape
-            step = shape.decode_step
-            return shape.full * -(-tokens // page) + int(
-                shape.window_pages(tokens + step, max(shape.prefill_step, step))
-            )
+            return shape.full * -(-tokens // page) + worst_window_pages(shape, tokens)
         return -(-tokens // page)
 
     def _remember(self, request: Request, worst: int) -> None:
