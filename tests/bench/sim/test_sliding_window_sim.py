@@ -28,9 +28,14 @@ pytestmark = pytest.mark.skipif(
     not (MODEL / "config.json").exists(), reason="tiny model not built (scripts/tiny_model.py)"
 )
 WINDOW = 64
+SW, FULL = "sliding_attention", "full_attention"
 LAYOUTS = {
-    "alternating": ["sliding_attention", "full_attention"],
-    "all-sliding": ["sliding_attention", "sliding_attention"],
+    "alternating": [SW, FULL],
+    "all-sliding": [SW, SW],
+    # Gemma-3's 5:1: vLLM groups 10 sliding and 2 full layers as 5 sliding groups and a full one.
+    "gemma3-like": ([SW] * 5 + [FULL]) * 2,
+    # Two full groups and a sliding one (4 full layers, 2 sliding: groups of 2).
+    "two-full": [FULL, FULL, SW, FULL, FULL, SW],
 }
 SLOTS = 4096
 REQUESTS = 300
@@ -39,7 +44,9 @@ REQUESTS = 300
 def sliding_model(dest: Path, layer_types: list[str]) -> Path:
     shutil.copytree(MODEL, dest)
     config = json.loads((dest / "config.json").read_text())
-    config.update(sliding_window=WINDOW, layer_types=layer_types)
+    config.update(
+        sliding_window=WINDOW, layer_types=layer_types, num_hidden_layers=len(layer_types)
+    )
     (dest / "config.json").write_text(json.dumps(config, indent=2))
     return dest
 
@@ -133,10 +140,11 @@ def test_windows_admit_more_than_full_attention(runs: dict) -> None:
     assert bound["steps"] < as_full["steps"]
 
 
-def test_prefix_hits_on_a_hybrid_model(tmp_path: Path) -> None:
-    """vLLM's hybrid coordinator with prefix caching: hits only where every group hits;
-    the full group's hit pages shared, the sliding group's counted in its bound."""
-    model = sliding_model(tmp_path / "alternating", LAYOUTS["alternating"])
+@pytest.mark.parametrize("layout", ["alternating", "all-sliding", "two-full"])
+def test_prefix_hits(tmp_path: Path, layout: str) -> None:
+    """vLLM's prefix caching over these groups: hits only where every group hits; the
+    full groups' hit pages shared, the sliding groups' counted in their bound."""
+    model = sliding_model(tmp_path / layout, LAYOUTS[layout])
     rng = np.random.default_rng(1)
     prefixes = [rng.integers(3, 1000, size=int(rng.integers(64, 200))).tolist() for _ in range(8)]
     prompts = [
@@ -157,3 +165,15 @@ def test_prefix_hits_on_a_hybrid_model(tmp_path: Path) -> None:
     assert bound["cached_tokens"] > 0
     assert bound["preemptions"] <= results["stock"]["preemptions"]
     assert bound["preemptions"] == 0
+
+
+@pytest.mark.parametrize(
+    ("layout", "full", "windows"),
+    [("alternating", 1, 1), ("all-sliding", 0, 1), ("gemma3-like", 1, 5), ("two-full", 2, 1)],
+)
+def test_the_shape_is_vllms_groups(tmp_path: Path, layout: str, full: int, windows: int) -> None:
+    model = sliding_model(tmp_path / layout, LAYOUTS[layout])
+    scheduler = make_scheduler(str(model), {"admission": "conservative"}, SLOTS)
+    shape = scheduler.residency_view.shape
+    assert (shape.full, shape.windows) == (full, (WINDOW,) * windows)
+    assert len(scheduler.kv_cache_config.kv_cache_groups) == full + windows
