@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.utils import MODEL, engine_kwargs, mode, run_engine, tokens
+from tests.engine.utils import MODEL, engine_kwargs, mode, prompts, run_engine, tokens
 
 pytestmark = pytest.mark.engine
 
@@ -79,3 +79,20 @@ def test_the_projection_runs_for_these_shapes(runs: dict) -> None:
     assert runs["on"]["projection"] is True
     assert runs["off"]["projection"] is None
     assert runs["on"]["preemptions"] <= runs["off"]["preemptions"]
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_pressure_no_preemptions_same_tokens(layout: str, tmp_path: Path) -> None:
+    # test_parity's pressure load: a KV pool of ~1,000 tokens for 20 requests of up to ~260.
+    model = sliding_model(tmp_path / layout, LAYOUTS[layout])
+    load = prompts(20, 40, 160, seed=2, max_tokens=(40, 100))
+    tight = engine_kwargs(
+        model=str(model), kv_cache_memory_bytes=1 << 20, max_num_batched_tokens=256
+    )
+    stock = run_engine(mode(tight, "off"), load)
+    prox = run_engine(mode(tight, "on", admission="adaptive"), load)
+    assert prox["projection"] is True
+    assert stock["preemptions"] > 0
+    assert prox["preemptions"] < stock["preemptions"]
+    assert not prox["unfinished"] and len(prox["outputs"]) == len(load)
+    assert tokens(prox) == tokens(stock)
