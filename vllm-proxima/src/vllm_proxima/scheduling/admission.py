@@ -179,9 +179,9 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._residents = None
         self._held = None
         self._skips = 0
-        if self._win is not None:
-            # A peak can fall without a departure here (a prompt's window pages are
-            # freed once it is in), so a failure is not remembered across steps.
+        if self._win is not None and self._win.transient:
+            # A resident's prompt window pages are freed once it is in: the peak can fall
+            # without a departure, so what failed may fit this step.
             self._gen += 1
 
     def _capacity(self) -> int:
@@ -312,8 +312,9 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             self._remember(request, worst)
             return "admit"
         # Between departures every resident only grows, so neither the peak nor its
-        # part within a horizon sliding forward can fall: remember by how much it failed.
-        if not self._win is not None:
+        # part within a horizon sliding forward can fall: remember by how much it failed
+        # (windows: unless a resident still holds its prompt's window pages).
+        if self._win is None or not self._win.transient:
             self._failed[request.request_id] = (peak - self._capacity(), self._freed)
         return self._defer(request)
 

@@ -97,6 +97,9 @@ class Windows:
         self.lookahead = lookahead
         self.low = self.high = self.until = np.zeros(0, dtype=np.int64)
         self._next: tuple[int, int, int] | None = None  # the candidate placed last
+        # Whether some resident holds its prompt's window pages (``high > low``): then
+        # the peak can fall without a departure, when they are freed.
+        self.transient = False
 
     def residents(
         self,
@@ -112,6 +115,7 @@ class Windows:
         self.low, self.high, self.until = resident_windows(
             self.shape, now, total, computed, final, chunks, self.lookahead
         )
+        self.transient = bool(np.any(self.high > self.low))
 
     def candidate(self, request: Request, computed: int, queued: int) -> int:
         """Place a candidate (see :func:`candidate_windows`); returns its ``low``, the
@@ -141,4 +145,5 @@ class Windows:
     def admit(self) -> None:
         """The candidate placed last is admitted: it joins the residents."""
         self.low, self.high, self.until = self._with_next()
+        self.transient = self.transient or bool(self.high[-1] > self.low[-1])
         self._next = None
