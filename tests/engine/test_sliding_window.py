@@ -2,10 +2,10 @@
 and a Mistral-like all-sliding one, made from the tiny Llama by its config alone (vLLM's Llama
 reads ``layer_types`` and ``sliding_window``; the weights are the same).
 
-What proxima does for them today: its projection models one full-attention KV cache group only,
-so for these it keeps proxima's scheduler but leaves admission to vLLM's (a warning at start),
-and the KV manager, block sizes and kernels are vLLM's. The server starts where stock starts and
-gives stock's greedy tokens. Per-layer-group projection is not built yet.
+What proxima does for them (paged layout): its projection models each KV cache group, full
+groups a page per 16 tokens, sliding groups at their window's bound (kv/paged.py, scheduling/
+windows.py), over vLLM's own hybrid KV cache manager, block pool and kernels. The engine starts
+where stock starts, runs the projected-peak admission, and gives stock's greedy tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.utils import MODEL, engine_kwargs, mode, run_engine, tokens
+from tests.engine.utils import MODEL, engine_kwargs, mode, prompts, run_engine, tokens
 
 pytestmark = pytest.mark.engine
 
@@ -75,6 +75,24 @@ def test_proxima_on_starts_and_gives_stocks_greedy_tokens(runs: dict) -> None:
     assert runs["on"]["pool"]["requests_holding_slots"] == 0
 
 
-def test_admission_is_left_to_vllm_for_these_shapes(runs: dict) -> None:
-    assert runs["on"]["projection"] is False
+def test_the_projection_runs_for_these_shapes(runs: dict) -> None:
+    assert runs["on"]["projection"] is True
     assert runs["off"]["projection"] is None
+    assert runs["on"]["preemptions"] <= runs["off"]["preemptions"]
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_pressure_no_preemptions_same_tokens(layout: str, tmp_path: Path) -> None:
+    # test_parity's pressure load: a KV pool of ~1,000 tokens for 20 requests of up to ~260.
+    model = sliding_model(tmp_path / layout, LAYOUTS[layout])
+    load = prompts(20, 40, 160, seed=2, max_tokens=(40, 100))
+    tight = engine_kwargs(
+        model=str(model), kv_cache_memory_bytes=1 << 20, max_num_batched_tokens=256
+    )
+    stock = run_engine(mode(tight, "off"), load)
+    prox = run_engine(mode(tight, "on", admission="adaptive"), load)
+    assert prox["projection"] is True
+    assert stock["preemptions"] > 0
+    assert prox["preemptions"] < stock["preemptions"]
+    assert not prox["unfinished"] and len(prox["outputs"]) == len(load)
+    assert tokens(prox) == tokens(stock)

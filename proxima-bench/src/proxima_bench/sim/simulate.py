@@ -131,6 +131,11 @@ def make_scheduler(
     ``prefix_caching``: vLLM's block-hash prefix caching (stock and the paged
     layout), or the token layout's token-level sharing (its eviction policy from
     ``proxima["evict"]``).
+
+    A model whose config names ``layer_types`` and a ``sliding_window`` (a Gemma-2/3
+    or Mistral-like variant) gets one KV cache layer per layer type, grouped by vLLM's
+    own ``get_kv_cache_groups`` (sliding-window and full-attention groups over one
+    pool); any other model one full-attention group.
     """
     import torch
     from vllm.config import (
@@ -191,10 +196,30 @@ def make_scheduler(
     spec = FullAttentionSpec(
         block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
     )
+    groups = [KVCacheGroupSpec(["layer"], spec)]
+    hf = model_config.hf_config
+    layer_types = getattr(hf, "layer_types", None)
+    window = getattr(hf, "sliding_window", None)
+    if layer_types and window and "sliding_attention" in layer_types:
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_groups
+        from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+        sliding = SlidingWindowSpec(
+            block_size=block_size,
+            num_kv_heads=1,
+            head_size=1,
+            dtype=torch.float32,
+            sliding_window=int(window),
+        )
+        layers = {
+            f"layers.{i}": sliding if kind == "sliding_attention" else spec
+            for i, kind in enumerate(layer_types)
+        }
+        groups = get_kv_cache_groups(vllm_config, layers)
     kv_cache_config = KVCacheConfig(
         num_blocks=num_blocks,
         kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+        kv_cache_groups=groups,
     )
     cache_config.num_gpu_blocks = num_blocks
     register_all_kvcache_specs(vllm_config)

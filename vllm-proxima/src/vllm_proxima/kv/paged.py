@@ -13,24 +13,31 @@ policy (:class:`~vllm_proxima.kv.residency.ResidencyView`):
 - the distinct shared pages are the pages held by anyone (the pool's used count)
   less the pages each resident holds alone: no pass over shared prefixes.
 
-Cost per call: O(requests x log(pages)); O(requests) without prefix caching.
+Several KV cache groups (vLLM's hybrid KV cache manager: full-attention and
+sliding-window layers over one pool, :func:`kv_cache_shape`): pages are summed over
+groups. Every full group's list is like the first's (hits and growth are common to
+all groups); a sliding group's list is null pages (left the window) then real ones,
+whose shared pages need not lead, so they are counted one by one (at most the window's
+pages per request).
+
+Cost per call: O(requests x log(pages)); O(requests) without prefix caching; plus
+O(requests x window pages) per sliding group with prefix caching.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from vllm_proxima.kv.residency import NO_HIT, Hit, Residents
+from vllm_proxima.kv.residency import NO_HIT, Hit, KVShape, Residents
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.core.kv_cache_utils import KVCacheBlock
-    from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
 
@@ -38,24 +45,40 @@ class UnprojectableKVCache(ValueError):
     """The KV cache has a shape the projection does not model (yet)."""
 
 
-def projectable_block_size(kv_cache_config: KVCacheConfig) -> int:
-    """The page size of a KV cache the projection models: one full-attention group.
+def kv_cache_shape(manager: KVCacheManager, **steps: int) -> KVShape:
+    """The per-group shape of upstream's KV cache, read from the coordinator's
+    managers: full-attention groups (``FullAttentionManager``: a page per token,
+    a ``FullAttentionSpec`` with a ``sliding_window`` included, which vLLM then
+    allocates in full) and sliding-window groups (``SlidingWindowManager``), all of
+    one page size. ``steps``: :class:`~vllm_proxima.kv.residency.KVShape`'s
+    ``decode_step``, ``prefill_step`` and ``batches``.
 
     Raises:
-        UnprojectableKVCache: several KV cache groups (hybrid, sliding-window or
-            cross-attention layers), or a group that is not plain full attention.
+        UnprojectableKVCache: any other group (chunked-local, Mamba, cross-attention,
+            sink, ...), or groups of different page sizes.
     """
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm.v1.core.single_type_kv_cache_manager import (
+        FullAttentionManager,
+        SlidingWindowManager,
+    )
 
-    groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise UnprojectableKVCache(
-            f"{len(groups)} KV cache groups (hybrid, sliding-window or cross-attention layers)"
-        )
-    spec = groups[0].kv_cache_spec
-    if type(spec) is not FullAttentionSpec or getattr(spec, "sliding_window", None):
-        raise UnprojectableKVCache(f"a {type(spec).__name__} KV cache")
-    return int(spec.block_size)
+    managers = manager.coordinator.single_type_managers
+    full = 0
+    windows: list[int] = []
+    sizes = set()
+    for m in managers:
+        if type(m) is FullAttentionManager:
+            full += 1
+        elif type(m) is SlidingWindowManager:
+            windows.append(int(m.sliding_window))
+        else:
+            raise UnprojectableKVCache(
+                f"a {type(m.kv_cache_spec).__name__} KV cache group ({type(m).__name__})"
+            )
+        sizes.add(int(m.block_size))
+    if len(sizes) != 1:
+        raise UnprojectableKVCache(f"KV cache groups of page sizes {sorted(sizes)}")
+    return KVShape(sizes.pop(), full, tuple(windows), **steps)
 
 
 def _shared_run(blocks: Sequence[KVCacheBlock]) -> int:
@@ -66,23 +89,51 @@ def _shared_run(blocks: Sequence[KVCacheBlock]) -> int:
     return bisect_left(blocks, True, key=lambda b: b.ref_cnt < 2)
 
 
+def _first_live(blocks: Sequence[KVCacheBlock]) -> int:
+    """Index of a sliding-window page list's first real page: the pages that left
+    the window are null pages, a leading run (``remove_skipped_blocks`` nulls from
+    the front; a hit pads its skipped pages with nulls)."""
+    if not blocks or not blocks[0].is_null:
+        return 0
+    return bisect_left(blocks, True, key=lambda b: not b.is_null)
+
+
 class PagedResidency:
     """:class:`~vllm_proxima.kv.residency.ResidencyView` over upstream's block pool.
 
+    Pages are summed over the KV cache groups (one pool serves them all): per
+    full-attention group a request holds a page per ``B`` tokens, its shared
+    leading run counted once in ``shared``; per sliding-window group the real
+    pages of its list (:attr:`Residents.window`), those it holds alone left out
+    of ``shared``.
+
     Args:
-        manager: upstream's ``KVCacheManager`` (one full-attention group).
-        block_size: its page size (:func:`projectable_block_size`).
+        manager: upstream's ``KVCacheManager``.
+        shape: its groups (:func:`kv_cache_shape`).
         lookahead_tokens: speculative tokens the scheduler reserves per request.
     """
 
-    def __init__(self, manager: KVCacheManager, block_size: int, lookahead_tokens: int = 0) -> None:
+    def __init__(self, manager: KVCacheManager, shape: KVShape, lookahead_tokens: int = 0) -> None:
         self.manager = manager
-        self.page_size = block_size
+        self.shape = shape
+        self.page_size = shape.page_size
         self.lookahead_tokens = lookahead_tokens
         self.pool = manager.block_pool
-        self._blocks: dict[str, list[KVCacheBlock]] = manager.coordinator.single_type_managers[
-            0
-        ].req_to_blocks
+        from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager
+
+        managers = manager.coordinator.single_type_managers
+        windowed = [type(m) is SlidingWindowManager for m in managers]
+        # Group indices (a hit's ``blocks[g]``) and page lists, full and sliding.
+        self._full_groups = [g for g, w in enumerate(windowed) if not w]
+        self._full: list[Mapping[str, list[KVCacheBlock]]] = [
+            managers[g].req_to_blocks for g in self._full_groups
+        ]
+        self._window: list[Mapping[str, list[KVCacheBlock]]] = [
+            m.req_to_blocks for m, w in zip(managers, windowed, strict=True) if w
+        ]
+        self._fulls = len(self._full)
+        # Full groups' page lists: the first speaks for the holders of a hit.
+        self._blocks: Mapping[str, list[KVCacheBlock]] = self._full[0] if self._full else {}
         self._sharing = bool(manager.enable_caching)
 
     @property
@@ -111,50 +162,92 @@ class PagedResidency:
 
     def residents(self, running: list[Request], totals: NDArray[np.int64]) -> Residents:
         page = self.page_size
-        blocks_of = self._blocks
+        first, *others = self._full or [{}]
+        fulls = self._fulls
         sharing = self._sharing
         own = totals + self.lookahead_tokens
         alone = 0
         positions: dict[Hashable, int] = {}
+        window = np.zeros(len(running), dtype=np.int64) if self._window else None
         for i, r in enumerate(running):
-            blocks = blocks_of.get(r.request_id)
-            if not blocks:
-                continue
-            held = len(blocks)
-            if sharing:
-                positions[r.request_id] = i
-                if blocks[0].ref_cnt >= 2:
-                    shared = _shared_run(blocks)
-                    held -= shared
-                    own[i] -= page * shared
-            alone += held
-            if self.lookahead_tokens:
-                # Never less than the pages it holds already (rejected drafts' pages).
-                own[i] = max(own[i], page * (held - 1) + 1)
-        return Residents(own, max(0, self.held_pages() - alone), positions)
+            rid = r.request_id
+            blocks = first.get(rid)
+            if blocks:
+                held = len(blocks)
+                if sharing:
+                    positions[rid] = i
+                    shared = _shared_run(blocks) if blocks[0].ref_cnt >= 2 else 0
+                    for lists in others:
+                        # Every full group's lists are alike; the longest shared run of
+                        # them leaves the fewest pages its own (never more than it holds).
+                        shared = max(shared, _shared_run(lists.get(rid, ())))
+                    if shared:
+                        held -= shared
+                        own[i] -= page * shared
+                alone += fulls * held
+                if self.lookahead_tokens:
+                    # Never less than the pages it holds already (rejected drafts' pages).
+                    own[i] = max(own[i], page * (held - 1) + 1)
+            if window is not None:
+                live = 0
+                for lists in self._window:
+                    wblocks = lists.get(rid)
+                    if not wblocks:
+                        continue
+                    start = _first_live(wblocks)
+                    live += len(wblocks) - start
+                    # Alone: pages only it holds (a window's shared pages need not lead).
+                    alone += (
+                        sum(1 for b in wblocks[start:] if b.ref_cnt == 1)
+                        if sharing
+                        else len(wblocks) - start
+                    )
+                window[i] = live
+        return Residents(own, max(0, self.held_pages() - alone), positions, window)
 
     def hit(self, request: Request, computed_blocks: Any, num_computed_tokens: int) -> Hit:
-        blocks: Sequence[KVCacheBlock] = (
-            computed_blocks.blocks[0] if computed_blocks is not None else ()
-        )
-        if not blocks:
+        """The hit in the full groups (a sliding group's pages count in its window
+        bound, whoever holds them). Every full group's hit is read; where they
+        disagree (a duplicate block in one), no hit is assumed: the candidate is
+        charged all its pages and the holders keep theirs (both counted: safe)."""
+        if computed_blocks is None or not self._full_groups:
             return NO_HIT
-        pinned = 0
-        first_sole = -1
-        sole = 0
-        for j, b in enumerate(blocks):
-            if b.ref_cnt >= 1:
-                pinned += 1
-                if b.ref_cnt == 1:
-                    sole += 1
-                    if first_sole < 0:
-                        first_sole = j
-        if not sole:
-            return Hit(pinned, [])
-        holder = self._holder_of(blocks[first_sole], first_sole)
-        if holder is None:  # nobody known holds it: its pages stay its holder's own
-            return Hit(pinned - sole, [])
-        return Hit(pinned, [(holder, sole)])
+        hit: Hit | None = None
+        for n, g in enumerate(self._full_groups):
+            blocks: Sequence[KVCacheBlock] = computed_blocks.blocks[g]
+            if not blocks:
+                return NO_HIT
+            pinned = 0
+            first_sole = -1
+            sole = 0
+            for j, b in enumerate(blocks):
+                if b.ref_cnt >= 1:
+                    pinned += 1
+                    if b.ref_cnt == 1:
+                        sole += 1
+                        if first_sole < 0:
+                            first_sole = j
+            if not sole:
+                group_hit = Hit(pinned, [])
+            else:
+                holder: str | None = None
+                if n == 0:
+                    holder = self._holder_of(blocks[first_sole], first_sole)
+                elif hit is not None and hit.sole:
+                    # The first group's holder, if its list here holds the same run.
+                    key = str(hit.sole[0][0])
+                    theirs = self._full[n].get(key, ())
+                    if len(theirs) > first_sole and theirs[first_sole] is blocks[first_sole]:
+                        holder = key
+                if holder is None:  # nobody known holds it: its pages stay its holder's own
+                    group_hit = Hit(pinned - sole, [])
+                else:
+                    group_hit = Hit(pinned, [(holder, sole)])
+            if hit is None:
+                hit = group_hit
+            elif group_hit != hit:
+                return NO_HIT
+        return hit if hit is not None else NO_HIT
 
     def _holder_of(self, block: KVCacheBlock, position: int) -> str | None:
         """The request holding ``block`` as its page ``position`` (the pages a request

@@ -33,20 +33,79 @@ if TYPE_CHECKING:
     from vllm_proxima.kv.token_residency import TokenResidencyIndex
 
 
+class KVShape(NamedTuple):
+    """What a request's pages are made of, and how an allocation grows them.
+
+    One pool of pages of ``page_size`` tokens serves every KV cache group. A
+    *full* group holds a page for every token of the request (``ceil(tokens /
+    B)``); a *sliding-window* group of window ``W`` frees the pages that left
+    the window at each allocation, so it holds at most ``1 + ceil((W - 2 + d) /
+    B)`` pages, where ``d`` bounds the tokens an allocation gives slots beyond
+    those already processed (see :meth:`window_pages`).
+
+    Attributes:
+        page_size: tokens per page ``B`` (every group's).
+        full: full-attention groups (1 for a plain model; 0 for all-sliding).
+        windows: the window of each sliding-window group, in tokens.
+        decode_step: ``d`` of a decode allocation: the tokens in flight and
+            scheduled per step, plus speculative lookahead.
+        prefill_step: ``d`` of a prefill allocation (chunks in flight and
+            scheduled, plus lookahead).
+        batches: steps in flight at once (2 under async scheduling): a chunk's
+            pages outlast it by this many allocations less one.
+    """
+
+    page_size: int
+    full: int = 1
+    windows: tuple[int, ...] = ()
+    decode_step: int = 1
+    prefill_step: int = 1
+    batches: int = 1
+
+    @property
+    def uniform(self) -> bool:
+        """One full-attention group: the plain projection, unchanged."""
+        return self.full == 1 and not self.windows
+
+    def window_pages(self, tokens: Any, step: int) -> Any:
+        """Most pages the sliding-window groups together hold for a request that
+        never gives slots to more than ``tokens`` tokens, when each allocation
+        gives slots to at most ``step`` tokens beyond those processed (``tokens``:
+        an int or an array of them).
+
+        NOTE: vLLM's ``allocate_slots`` first calls ``remove_skipped_blocks`` with
+        the processed tokens ``P`` (computed less in flight), which nulls the first
+        ``floor(max(0, P - W + 1) / B)`` pages, then extends the list to
+        ``ceil(N / B)`` pages for ``N <= P + d`` slots. With ``P - W + 1 = B a + b``
+        (``0 <= b < B``) that leaves ``ceil((b + W - 1 + d) / B) <= 1 + ceil((W - 2
+        + d) / B)`` pages (``b = B - 1``; with ``P < W - 1`` fewer), and never more
+        than ``ceil(N / B)``. Pages are freed only at the next allocation, so the
+        count holds from one allocation to the next.
+        """
+        b = self.page_size
+        total: Any = tokens * 0  # an array of zeros for an array (no windows: none)
+        for w in self.windows:
+            total = total + np.minimum(-(-tokens // b), 1 + -(-(w - 2 + step) // b))
+        return total
+
+
 class Residents(NamedTuple):
     """The resident requests, in the order they were given.
 
     Attributes:
         own: tokens each request holds or will hold in pages no other request
-            holds (its prompt not yet given pages included).
+            holds (its prompt not yet given pages included), per full group.
         shared: distinct pages that two or more requests hold (or that requests
             outside the list hold): held until the peak, whoever finishes.
         positions: holder key (what :attr:`Hit.sole` names) -> index in the list.
+        window: pages each request holds now in its sliding-window groups (all of
+            them, shared or not; ``None`` without such groups).
     """
 
     own: NDArray[np.int64]
     shared: int
     positions: Mapping[Hashable, int]
+    window: NDArray[np.int64] | None = None
 
 
 class Hit(NamedTuple):
@@ -89,6 +148,11 @@ class ResidencyView(Protocol):
     @property
     def page_size(self) -> int:
         """Tokens per page (1 for the token layout)."""
+        ...
+
+    @property
+    def shape(self) -> KVShape:
+        """The KV cache groups a request's pages are made of."""
         ...
 
     @property
@@ -136,6 +200,7 @@ class TokenResidency:
 
     page_size = 1
     lookahead_tokens = 0
+    shape = KVShape(1)
 
     def __init__(self, index: TokenResidencyIndex, capacity: int, max_model_len: int) -> None:
         self.index = index

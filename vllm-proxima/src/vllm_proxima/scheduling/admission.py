@@ -57,6 +57,7 @@ import numpy as np
 from vllm_proxima.scheduling.lengths import OutputLengthModel
 from vllm_proxima.scheduling.projection import projected_peak
 from vllm_proxima.scheduling.victim import cheapest_to_recompute
+from vllm_proxima.scheduling.windows import Windows, worst_window_pages
 
 if TYPE_CHECKING:
     from vllm.v1.request import Request
@@ -165,11 +166,23 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         # departs frees at most its max_tokens pages): request id -> (over, _freed then).
         self._freed = 0
         self._failed: dict[str, tuple[int, int]] = {}
+        # Window pages of sliding-window groups (None: one full group, plain projection).
+        shape = getattr(view, "shape", None)
+        self._win = (
+            Windows(shape, self.chunk_tokens, view.max_model_len, view.lookahead_tokens)
+            if shape is not None and not shape.uniform
+            else None
+        )
+        self._chunk_steps: np.ndarray | None = None
 
     def begin_step(self) -> None:
         self._residents = None
         self._held = None
         self._skips = 0
+        if self._win is not None and self._win.transient:
+            # A resident's prompt window pages are freed once it is in: the peak can fall
+            # without a departure, so what failed may fit this step.
+            self._gen += 1
 
     def _capacity(self) -> int:
         return int(self.view.capacity() * (1.0 + (self.overcommit if self.learn else 0.0)))
@@ -190,6 +203,10 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         self._held = res.own
         self._remaining = self._project(total, computed, generated, max_tokens)
         self._shared = res.shared
+        if self._win is not None:
+            prompts = np.fromiter((r.num_prompt_tokens for r in running), dtype=np.int64, count=n)
+            assert self._chunk_steps is not None
+            self._win.residents(res.window, total, computed, prompts, max_tokens, self._chunk_steps)
 
     def _project(
         self,
@@ -213,6 +230,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         queue = np.cumsum(left)
         self._queued = int(queue[-1]) if queue.size else 0
         chunks = np.where(left > 0, -(-queue // self.chunk_tokens), 0)
+        self._chunk_steps = chunks
         return remaining + np.maximum(chunks - 1, 0)
 
     def _project_one(self, request: Request, computed: int, ahead: int) -> int:
@@ -254,9 +272,13 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         # is read from the argument; placing it among the residents needs them read.
         hit = self.view.hit(request, computed_blocks, num_computed_tokens)
         page = self.view.page_size
-        if self.view.held_pages() + -(-self.view.own_tokens(request, hit.pinned) // page) > (
-            self._capacity()
-        ):
+        fulls, low = 1, 0
+        if self._win is not None:
+            fulls = self._win.shape.full
+            low = self._win.candidate(request, num_computed_tokens, self._queued)
+        if self.view.held_pages() + fulls * -(
+            -self.view.own_tokens(request, hit.pinned) // page
+        ) + low > (self._capacity()):
             # Cheap reject: the peak is at least what is held now plus its own pages
             # (a full pool in a burst: no pass over the residents needed; ``hit.pinned``
             # bounds what it shares from above, so its own pages from below).
@@ -272,21 +294,28 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         shared = self._shared
         for i, k in moves:
             held[i] -= page * k
-            shared += k
+            shared += fulls * k
         remaining = np.append(self._remaining, cand_rem)
         if self.horizon:
             # Up to the horizon: requests alive beyond it count at their size there.
             remaining = np.minimum(remaining, self.horizon)
-        peak = shared + projected_peak(held, remaining, page)
+        if self._win is not None:
+            peak = shared + self._win.peak(held, remaining)
+        else:
+            peak = shared + projected_peak(held, remaining, page)
         if peak <= self._capacity() or not running:
+            if self._win is not None:
+                self._win.admit()
             self._held, self._remaining, self._shared = held, remaining, shared
             self._queued += max(request.num_tokens - num_computed_tokens, 0)
             self.last_projected_peak = peak
             self._remember(request, worst)
             return "admit"
         # Between departures every resident only grows, so neither the peak nor its
-        # part within a horizon sliding forward can fall: remember by how much it failed.
-        self._failed[request.request_id] = (peak - self._capacity(), self._freed)
+        # part within a horizon sliding forward can fall: remember by how much it failed
+        # (windows: unless a resident still holds its prompt's window pages).
+        if self._win is None or not self._win.transient:
+            self._failed[request.request_id] = (peak - self._capacity(), self._freed)
         return self._defer(request)
 
     def _defer(self, request: Request) -> Decision:
@@ -308,6 +337,11 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             min(request.num_prompt_tokens + request.max_tokens, self.view.max_model_len)
             + self.view.lookahead_tokens
         )
+        if self._win is not None:
+            # Every page it can hold at once: full groups at its last token, windows
+            # at their prefill bound.
+            shape = self.view.shape
+            return shape.full * -(-tokens // page) + worst_window_pages(shape, tokens)
         return -(-tokens // page)
 
     def _remember(self, request: Request, worst: int) -> None:

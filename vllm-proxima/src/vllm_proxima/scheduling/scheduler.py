@@ -23,7 +23,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from vllm_proxima.config import ProximaConfig, check_kv_cache_config, check_model_runner
 from vllm_proxima.kv.manager import ProximaKVCacheManager
-from vllm_proxima.kv.paged import PagedResidency, UnprojectableKVCache, projectable_block_size
+from vllm_proxima.kv.paged import PagedResidency, UnprojectableKVCache, kv_cache_shape
 from vllm_proxima.kv.residency import ResidencyView, TokenResidency
 from vllm_proxima.metrics import to_deltas
 from vllm_proxima.scheduling.admission import AdmissionPolicy, make_admission_policy
@@ -31,7 +31,6 @@ from vllm_proxima.scheduling.admission import AdmissionPolicy, make_admission_po
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.v1.core.kv_cache_manager import KVCacheManager
-    from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
 logger = logging.getLogger("vllm.proxima")
@@ -69,7 +68,7 @@ class ProximaSchedulerMixin:
             manager = cast("KVCacheManager", token_manager)  # see kv_cache_manager's NOTE
         else:
             manager = super()._make_kv_cache_manager(**kwargs)  # type: ignore[misc]
-            self.residency_view = self._paged_view(manager, kwargs["kv_cache_config"])
+            self.residency_view = self._paged_view(manager)
         config = self.proxima_config
         if self.residency_view is None:
             config = ProximaConfig(mode="on", admission="stock")
@@ -96,13 +95,24 @@ class ProximaSchedulerMixin:
             evict=self.proxima_config.eviction,
         )
 
-    def _paged_view(
-        self, manager: KVCacheManager, kv_cache_config: KVCacheConfig
-    ) -> PagedResidency | None:
+    def _paged_view(self, manager: KVCacheManager) -> PagedResidency | None:
         """The admission's view of upstream's block pool, or ``None`` (with a warning)
         where the projection does not model the KV cache: then admission is vLLM's."""
+        vllm_config: VllmConfig = self.vllm_config  # type: ignore[attr-defined]
+        lookahead = int(getattr(self, "num_lookahead_tokens", 0))
+        spec = int(getattr(self, "num_spec_tokens", 0) or 0)
+        batches = max(1, int(vllm_config.max_concurrent_batches))
+        chunk = int(self.scheduler_config.max_num_batched_tokens)  # type: ignore[attr-defined]
         try:
-            block_size = projectable_block_size(kv_cache_config)
+            # What one allocation gives slots to beyond the processed tokens: the steps
+            # in flight and this one (a decode step: a token and its drafts; a prefill
+            # step: a chunk), and the lookahead.
+            shape = kv_cache_shape(
+                manager,
+                decode_step=batches * (1 + spec) + lookahead,
+                prefill_step=batches * max(chunk, 1 + spec) + lookahead,
+                batches=batches,
+            )
         except UnprojectableKVCache as e:
             logger.warning(
                 "proxima: %s: projected-peak admission does not model it yet, so admission "
@@ -110,13 +120,15 @@ class ProximaSchedulerMixin:
                 e,
             )
             return None
-        lookahead = int(getattr(self, "num_lookahead_tokens", 0))
-        view = PagedResidency(manager, block_size, lookahead)
+        view = PagedResidency(manager, shape, lookahead)
         logger.info(
-            "proxima: projected-peak admission over vLLM's KV pages: %d pages of %d tokens "
-            "(the attention backend is vLLM's choice for this GPU and model)",
+            "proxima: projected-peak admission over vLLM's KV pages: %d pages of %d tokens, "
+            "%d full-attention and %d sliding-window group(s) (the attention backend is "
+            "vLLM's choice for this GPU and model)",
             view.capacity(),
-            block_size,
+            shape.page_size,
+            shape.full,
+            len(shape.windows),
         )
         return view
 

@@ -1,0 +1,149 @@
+"""Sliding-window pages in the projection: each request's bound before and after its prompt.
+
+A sliding-window group holds at most
+:meth:`~vllm_proxima.kv.residency.KVShape.window_pages` of a request: a prompt chunk's
+bound (``prefill_step``) while the prompt goes in and until the allocation after its
+last chunk, a decode step's (``decode_step``) from then on. Admission charges every
+request ``high`` window pages before step ``until`` and ``low`` from then on
+(:func:`~vllm_proxima.scheduling.projection.windowed_peak`). ``until`` counts the step
+of the allocation that frees the prompt's pages: requests allocated before it in that
+step still find them held.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vllm_proxima.scheduling.projection import windowed_peak
+
+if TYPE_CHECKING:
+    from vllm.v1.request import Request
+
+    from vllm_proxima.kv.residency import KVShape
+
+
+def resident_windows(
+    shape: KVShape,
+    now: np.ndarray | None,
+    total: np.ndarray,
+    computed: np.ndarray,
+    final: np.ndarray,
+    chunks: np.ndarray,
+    lookahead: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(low, high, until)`` of the residents.
+
+    Args:
+        shape: the KV cache groups.
+        now: window pages each holds now (``None``: none read).
+        total, computed: each one's tokens and computed tokens.
+        final: the most tokens each can reach (prompt and ``max_tokens``, capped by
+            the model length).
+        chunks: steps each one's prompt still takes (0: decoding).
+        lookahead: speculative slots reserved per request.
+    """
+    low = np.asarray(shape.window_pages(final + lookahead, shape.decode_step), dtype=np.int64)
+    held = now if now is not None else np.zeros_like(total)
+    # A decoding request has one token not computed yet (the one it samples).
+    prefilling = total - computed > 1
+    prompt = shape.window_pages(total + shape.decode_step, shape.prefill_step)
+    high = np.maximum(np.where(prefilling, np.maximum(held, prompt), held), low)
+    # Pages held now above ``low`` (a chunk still in flight): until its allocation, too.
+    until = np.where(prefilling, chunks + shape.batches, shape.batches + 1)
+    return low, high, until
+
+
+def candidate_windows(
+    shape: KVShape,
+    request: Request,
+    computed: int,
+    queued: int,
+    chunk_tokens: int,
+    max_model_len: int,
+    lookahead: int,
+) -> tuple[int, int, int]:
+    """``(low, high, until)`` of a waiting request with ``computed`` tokens cached,
+    behind ``queued`` prompt tokens (the step budget, ``chunk_tokens``, serves them in
+    order)."""
+    final = min(request.num_prompt_tokens + request.max_tokens, max_model_len)
+    low = int(shape.window_pages(final + lookahead, shape.decode_step))
+    left = max(request.num_tokens - computed, 0)
+    if left <= 1:
+        return low, low, 0
+    pages = int(shape.window_pages(request.num_tokens + shape.decode_step, shape.prefill_step))
+    chunks = -(-(queued + left) // chunk_tokens)
+    return low, max(pages, low), chunks + shape.batches
+
+
+def worst_window_pages(shape: KVShape, tokens: int) -> int:
+    """Most window pages a request reaching ``tokens`` (lookahead included) can hold
+    at once: the prefill bound, never below the decode one."""
+    step = shape.decode_step
+    return int(shape.window_pages(tokens + step, max(shape.prefill_step, step)))
+
+
+class Windows:
+    """The window bounds admission holds for one step: the residents', read once, and
+    each admitted candidate's appended (:meth:`candidate`, then :meth:`admit`)."""
+
+    def __init__(
+        self, shape: KVShape, chunk_tokens: int, max_model_len: int, lookahead: int
+    ) -> None:
+        self.shape = shape
+        self.chunk_tokens = chunk_tokens
+        self.max_model_len = max_model_len
+        self.lookahead = lookahead
+        self.low = self.high = self.until = np.zeros(0, dtype=np.int64)
+        self._next: tuple[int, int, int] | None = None  # the candidate placed last
+        # Whether some resident holds its prompt's window pages (``high > low``): then
+        # the peak can fall without a departure, when they are freed.
+        self.transient = False
+
+    def residents(
+        self,
+        now: np.ndarray | None,
+        total: np.ndarray,
+        computed: np.ndarray,
+        prompts: np.ndarray,
+        max_tokens: np.ndarray,
+        chunks: np.ndarray,
+    ) -> None:
+        """Read the residents (see :func:`resident_windows`)."""
+        final = np.minimum(prompts + max_tokens, self.max_model_len)
+        self.low, self.high, self.until = resident_windows(
+            self.shape, now, total, computed, final, chunks, self.lookahead
+        )
+        self.transient = bool(np.any(self.high > self.low))
+
+    def candidate(self, request: Request, computed: int, queued: int) -> int:
+        """Place a candidate (see :func:`candidate_windows`); returns its ``low``, the
+        fewest window pages it holds at step 0."""
+        low, high, until = candidate_windows(
+            self.shape,
+            request,
+            computed,
+            queued,
+            self.chunk_tokens,
+            self.max_model_len,
+            self.lookahead,
+        )
+        self._next = (low, high, until)
+        return low
+
+    def _with_next(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        assert self._next is not None
+        low, high, until = self._next
+        return np.append(self.low, low), np.append(self.high, high), np.append(self.until, until)
+
+    def peak(self, held: np.ndarray, remaining: np.ndarray) -> int:
+        """The peak of the residents and the candidate placed last (``held``,
+        ``remaining``: theirs, the candidate's last)."""
+        return windowed_peak(held, remaining, self.shape, *self._with_next())
+
+    def admit(self) -> None:
+        """The candidate placed last is admitted: it joins the residents."""
+        self.low, self.high, self.until = self._with_next()
+        self.transient = self.transient or bool(self.high[-1] > self.low[-1])
+        self._next = None
