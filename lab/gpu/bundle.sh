@@ -62,23 +62,23 @@ for f in $changed; do
 done
 log "overlaid $(echo "$changed" | grep -c . || true) patched file(s)"
 (cd "$ROOT/vllm-proxima/src" && tar --exclude='__pycache__' -cf - vllm_proxima) | tar -xf - -C "$STAGE"
-cat >> "$STAGE/vllm-0.26.0.dist-info/entry_points.txt" <<'EOF'
+# The dist-info's entry points: upstream's plus every group vllm-proxima/pyproject.toml declares
+# (plugins, stat loggers and the engine-args hooks the patch series looks up), merged as the wheel
+# builder merges them, so the bundle and the wheel register the same hooks.
+PYTHONPATH="$ROOT/tools" python3 - "$STAGE/vllm-0.26.0.dist-info/entry_points.txt" \
+    "$ROOT/vllm-proxima/pyproject.toml" <<'EOF'
+import sys
+from pathlib import Path
 
-[vllm.general_plugins]
-proxima = vllm_proxima.plugin:register
+from proxima_tools.wheels import merge_entry_points, pyproject_entry_points
 
-[vllm.stat_logger_plugins]
-proxima = vllm_proxima.metrics:ProximaStatLogger
-EOF
-# entry_points.txt may now hold [vllm.general_plugins] twice: merge the sections.
-python3 - "$STAGE/vllm-0.26.0.dist-info/entry_points.txt" <<'EOF'
-import configparser, sys
-path = sys.argv[1]
-cp = configparser.ConfigParser(strict=False, delimiters=("=",))
-cp.optionxform = str
-cp.read(path)
-with open(path, "w") as f:
-    cp.write(f)
+path, pyproject = Path(sys.argv[1]), Path(sys.argv[2])
+extra = pyproject_entry_points(pyproject)
+groups = {group for group, _, _ in extra}
+missing = {"vllm.general_plugins", "vllm.stat_logger_plugins", "vllm.engine_args_hooks"} - groups
+if missing:
+    sys.exit(f"{pyproject} declares no {sorted(missing)} entry points")
+path.write_bytes(merge_entry_points(path.read_text(), extra))
 EOF
 (cd "$STAGE" && tar --sort=name --mtime=@0 --owner=0 --group=0 -cf - vllm vllm_proxima vllm-0.26.0.dist-info \
    | xz -9 -T0 > "$DEST/p2/pysrc.tar.xz")
