@@ -195,15 +195,10 @@ def test_metrics_has_every_dashboard_series(proxima_server: Server) -> None:
     counted by vllm:prefix_cache_*)."""
     import re
 
+    from tests.unit.test_dashboard import dashboard_json, series_names
     from vllm_proxima.metrics import METRICS
 
-    dashboard = json.loads((REPO / "observability" / "grafana" / "proxima.json").read_text())
-    wanted = {
-        re.sub(r"_(bucket|sum|count)$", "", name)
-        for panel in dashboard["panels"]
-        for target in panel["targets"]
-        for name in re.findall(r"\b((?:vllm|proxima):[a-z0-9_]+)", target["expr"])
-    }
+    wanted = series_names(dashboard_json())
     proxima_counters = {name for name, kind, _ in METRICS.values() if kind == "counter"}
     proxima_server.post("/v1/completions", {"model": SERVED, "prompt": "dash", "max_tokens": 4})
     present: set[str] = set()

@@ -22,64 +22,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
 import random
 import re
-import shutil
-import signal
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
+
+from proxima_bench.serving.metrics_scrape import GpuMemoryPoller, scrape
+from proxima_bench.serving.server import Server
 
 VOCAB = 1000
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(
-    model: str, mode: str, extra: list[str], log: Path
-) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
-    argv += ["--served-model-name", "soak", "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--disable-uvicorn-access-log", *extra]
+def start_server(model: str, mode: str, extra: list[str], log: Path) -> Server:
+    """The bench's :class:`Server` for one mode, healthy (``off`` adds ``--proxima off``)."""
+    args = ["--served-model-name", "soak", "--disable-uvicorn-access-log", *extra]
     if mode == "off":
-        argv += ["--proxima", "off"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", VLLM_HOST_IP="127.0.0.1")
-    proc = subprocess.Popen(
-        argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited ({proc.returncode}); see {log}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2):
-                return proc, url
-        except OSError:
-            time.sleep(1)
-    raise RuntimeError(f"server not healthy after 600 s; see {log}")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        args += ["--proxima", "off"]
+    server = Server(model, args, log)
+    server.start()
+    server.wait_healthy(timeout=600)
+    return server
 
 
 def tree_rss_mib(pid: int) -> float:
@@ -96,39 +61,6 @@ def tree_rss_mib(pid: int) -> float:
         except (OSError, AttributeError):
             continue
     return total / 1024
-
-
-def gpu_used_mib() -> float | None:
-    if not shutil.which("nvidia-smi"):
-        return None
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-        capture_output=True,
-        text=True,
-        timeout=10,
-    )
-    try:
-        return float(out.stdout.split()[0])
-    except (IndexError, ValueError):
-        return None
-
-
-def scrape(url: str) -> dict[str, float]:
-    """The gauges the soak follows, from /metrics (summed over label sets)."""
-    wanted = (
-        "vllm:num_requests_running",
-        "vllm:num_requests_waiting",
-        "vllm:kv_cache_usage_perc",
-        "vllm:num_preemptions_total",
-        "proxima:kv_slots_used",
-    )
-    out: dict[str, float] = {}
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
-        for line in resp.read().decode().splitlines():
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name in wanted:
-                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
 
 
 async def one_request(
@@ -157,9 +89,11 @@ async def one_request(
     return {"sent": start - t0, "latency": time.monotonic() - start, "status": status}
 
 
-async def drive(url: str, proc: subprocess.Popen, args: argparse.Namespace) -> dict[str, Any]:
+async def drive(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
 
+    url, pid = server.base_url, server.proc.pid if server.proc else -1
+    gpu = GpuMemoryPoller()
     rng = random.Random(args.seed)
     t0 = time.monotonic()
     samples: list[dict[str, Any]] = []
@@ -168,8 +102,8 @@ async def drive(url: str, proc: subprocess.Popen, args: argparse.Namespace) -> d
 
     async def sampler() -> None:
         while not done.is_set():
-            sample: dict[str, Any] = {"t": time.monotonic() - t0, "rss_mib": tree_rss_mib(proc.pid)}
-            sample["gpu_mib"] = gpu_used_mib()
+            sample: dict[str, Any] = {"t": time.monotonic() - t0, "rss_mib": tree_rss_mib(pid)}
+            sample["gpu_mib"] = gpu.used_mib()
             try:
                 sample.update(await asyncio.to_thread(scrape, url))
             except OSError as e:
@@ -286,12 +220,12 @@ def main() -> int:
     runs, summary = {}, []
     for mode in args.modes.split(","):
         print(f"[soak] {mode}: starting the server", flush=True)
-        proc, url = start_server(args.model, mode, args.server_args, args.out / f"{mode}.log")
+        server = start_server(args.model, mode, args.server_args, args.out / f"{mode}.log")
         try:
             print(f"[soak] {mode}: {args.rate} req/s for {args.seconds:.0f} s", flush=True)
-            runs[mode] = asyncio.run(drive(url, proc, args))
+            runs[mode] = asyncio.run(drive(server, args))
         finally:
-            stop_server(proc)
+            server.stop()
         summary.append(verdicts(runs[mode], mode, args.flat_tolerance))
         print(f"[soak] {json.dumps(summary[-1])}", flush=True)
     meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
