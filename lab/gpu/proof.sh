@@ -15,7 +15,9 @@
 #   kernels                              attention kernels over 1- and 16-token pages, MHA/GQA, hd 64/128
 #   matrix-8b | matrix-7b | matrix-qwen  the workload matrix, stock and proxima servers up at once
 #   attrib-8b         attribution: stock, proxima, proxima with stock admission, whole-future projection
-#   soak-8b           the overload soak (stock then proxima, RATE req/s for SOAK_S s each; issue 15)
+#   soak-8b           the overload soak, stock and proxima side by side, RATE req/s each for SOAK_S s (issue 15)
+#   dropin-8b         issue 16 on the GPU: n-gram speculative decoding on both sides, and a sliding-window
+#                     variant of the shape (alternating sliding/full, window 128) as a --pair; four servers
 #   tp2 | ray         tensor parallelism over 2 GPUs; vLLM's Ray executor
 # Old plan names, cited by docs/benchmarks/*/README.md and older results (tags, file names), still work:
 #   a -> policies-ab   b -> backends-ab   d -> prefix-sysprompt   e -> prefix-chat
@@ -147,7 +149,8 @@ case $PLAN in
     ;;
   matrix-8b|matrix-7b|matrix-qwen)  # the workload matrix (bench.matrix): stock and proxima servers up at
     # once on the one GPU (0.42 of its memory each), points interleaved, in priority order; a model shape
-    # with dummy weights and the tiny tokenizer; prefix caching at vLLM's default (on)
+    # with dummy weights and the tiny tokenizer; prefix caching at vLLM's default (on).
+    # MATRIX_POINTS overrides the point list, REPEATS the repeats (1).
     case $PLAN in
       matrix-8b) shape=llama-3-8b; kvb=$((4 * 1024**3)) ;;
       matrix-7b) shape=llama-2-7b; kvb=$((8 * 1024**3)) ;;
@@ -162,28 +165,60 @@ case $PLAN in
     timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.matrix --model /tmp/$shape \
       --server-args "--load-format dummy --dtype bfloat16 --max-model-len 4096 \
                      --gpu-memory-utilization 0.42 --kv-cache-memory-bytes $kvb" \
-      --points parity,mix-burst,mix-c32,longprompt-c32,mix-c64,sysprompt-c64,mix-c128,poisson,mixed-c64,longout-c64,chat-c64,mix-c1,mix-c8,mix-c256 \
-      --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
+      --points ${MATRIX_POINTS:-parity,mix-burst,mix-c32,longprompt-c32,mix-c64,sysprompt-c64,mix-c128,poisson,mixed-c64,longout-c64,chat-c64,mix-c1,mix-c8,mix-c256} \
+      --repeats ${REPEATS:-1} --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
       --out "$W/matrix" > "$W/matrix.log" 2>&1
     echo "=== matrix rc=$?" | tee -a "$LOG"; tail -40 "$W/matrix.log" | cut -c1-300
     cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
     cp "$W/matrix/report.md" "$OUTD/$PLAN-report.md" 2>/dev/null
     ;;
-  soak-8b)  # issue 15: overload soak, Llama-3-8B shape, 4 GiB KV, stock then proxima in the same lease.
-    # RATE default 124 req/s = 4x the knee (c=32 on the mix: ~4,456 tok/s / ~144 output tokens a
-    # request ~ 31 req/s; matrix run 1), i.e. ~1.8x the burst throughput: the queue grows for the
-    # whole soak, so the client timeout must cover the drain (~250 s after a 300 s soak).
+  soak-8b)  # issue 15: overload soak, Llama-3-8B shape, 4 GiB KV each, stock and proxima side by side
+    # (--concurrent: both servers on the GPU at once, the same seeded stream to each; one soak's time).
+    # RATE default 62 req/s per server, 124 in all = 4x the knee of the whole GPU (c=32 on the mix:
+    # ~4,456 tok/s / ~144 output tokens a request ~ 31 req/s; matrix run 1) and ~1.8x its burst
+    # throughput: the queues grow for the whole soak, so the client timeout covers the drain.
     shape=llama-3-8b
     [ -d /tmp/$shape ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
       --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+    # every request in flight holds a socket on both ends: raise the open-file limit; where the
+    # hard limit is low, cap connections per server (the rest wait in the client, still timed)
+    ulimit -n "$(ulimit -Hn)" 2>/dev/null
+    nofile=$(ulimit -n); conns=0
+    [ "$nofile" != unlimited ] && [ "$nofile" -lt 200000 ] && conns=$(( (nofile - 2000) / 4 ))
     l=$(left)
-    echo "=== soak $shape at ${RATE:-124} req/s, ${SOAK_S:-300} s a mode (cap $((l - 5))s)" | tee -a "$LOG"
-    timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.soak --model /tmp/$shape \
-      --rate "${RATE:-124}" --seconds "${SOAK_S:-300}" --timeout 900 --out "$W/soak" -- \
+    echo "=== soak $shape at ${RATE:-62} req/s a server, ${SOAK_S:-300} s, side by side (nofile $nofile, max connections $conns; cap $((l - 5))s)" | tee -a "$LOG"
+    timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.soak --model /tmp/$shape --concurrent \
+      --rate "${RATE:-62}" --seconds "${SOAK_S:-300}" --timeout 900 --max-connections $conns \
+      --out "$W/soak" -- \
       --load-format dummy --dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.42 \
       --kv-cache-memory-bytes $((4 * 1024**3)) > "$W/soak.log" 2>&1
     echo "=== soak rc=$?" | tee -a "$LOG"; tail -20 "$W/soak.log" | cut -c1-400
-    cp "$W/soak/soak.json" "$W/soak/soak.png" "$OUTD/" 2>/dev/null
+    gzip -kf "$W/soak/soak.json" 2>/dev/null
+    cp "$W/soak/soak.json.gz" "$W/soak/soak.png" "$OUTD/" 2>/dev/null
+    ;;
+  dropin-8b)  # issue 16: the Llama-3-8B shape with n-gram speculative decoding on stock and proxima,
+    # and beside it (--pair sw) a sliding-window variant, alternating sliding/full layers with a
+    # 128-token window (gpt-oss's layout), its own stock and proxima servers; four servers at once
+    shape=llama-3-8b
+    [ -d /tmp/$shape ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
+      --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+    [ -d /tmp/$shape-sw128 ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
+      --sliding-window 128 --layers alternating --tokenizer models/tiny-llama --out /tmp/$shape-sw128 \
+      >> "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+    NGRAM='{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,"prompt_lookup_min":2}'
+    l=$(left)
+    echo "=== dropin matrix $shape + $shape-sw128 (budget $((l - 30))s)" | tee -a "$LOG"
+    timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.matrix --model /tmp/$shape \
+      --server-args "--served-model-name m --load-format dummy --dtype bfloat16 --max-model-len 4096 \
+                     --gpu-memory-utilization 0.22 --kv-cache-memory-bytes $((4 * 1024**3))" \
+      --mode-args "stock=--speculative-config '$NGRAM'" --mode-args "proxima=--speculative-config '$NGRAM'" \
+      --pair sw=/tmp/$shape-sw128 \
+      --points ${DROPIN_POINTS:-mix-c32,mix-burst} --repeats ${REPEATS:-3} \
+      --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
+      --out "$W/matrix" > "$W/matrix.log" 2>&1
+    echo "=== matrix rc=$?" | tee -a "$LOG"; grep -E "ratio|ready in|skip|FAILED|tok/s" "$W/matrix.log" | cut -c1-300 | tail -30
+    cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
+    cp "$W/matrix/report.md" "$OUTD/$PLAN-report.md" 2>/dev/null
     ;;
   attrib-8b)  # issue 13 attribution: four servers on the Llama-3-8B shape, points repeated twice:
     # stock; proxima (defaults); admit-stock (proxima's hooks, upstream's admission: the hooks' cost);

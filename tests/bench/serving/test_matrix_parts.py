@@ -976,3 +976,87 @@ def test_report_plot_three_modes(tmp_path: Path) -> None:
     assert "admit-stock / stock" in text.split("## b (b)")[0]
     assert "admit-stock" not in text.split("## b (b)")[1]
     assert (tmp_path / "matrix-ratio.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# --------------------------------------------------------------------------
+# --pair: a second model folder, its own stock and proxima servers
+# --------------------------------------------------------------------------
+
+
+def _pair_cfg(model: Path) -> mx.Config:
+    sw = model.parent / "sw"
+    sw.mkdir(exist_ok=True)
+    (sw / "config.json").write_text((model / "config.json").read_text())
+    return mx.resolve(
+        [
+            "--model", str(model),
+            "--server-args", "--served-model-name m",
+            "--pair", f"sw={sw}",
+            "--out", str(model.parent / "out"),
+        ]
+    )  # fmt: skip
+
+
+def test_pair_adds_a_stock_and_a_proxima_server_on_its_folder(model: Path) -> None:
+    cfg = _pair_cfg(model)
+    assert cfg.modes == ["stock", "proxima", "sw-stock", "sw"]
+    assert [cfg.is_stock(m) for m in cfg.modes] == [True, False, True, False]
+    assert [cfg.base_of(m) for m in ("proxima", "sw")] == ["stock", "sw-stock"]
+    assert cfg.model_of("sw") == cfg.model_of("sw-stock") == str(model.parent / "sw")
+    assert cfg.model_of("proxima") == cfg.model_of("stock") == str(model.resolve())
+    assert cfg.server_argv("sw-stock")[:2] == ["--proxima", "off"]
+    assert "--proxima" not in cfg.server_argv("sw")
+    assert cfg.to_dict()["bases"] == {"proxima": "stock", "sw": "sw-stock"}
+    servers = mx.make_servers(cfg)
+    assert servers["sw"].command[servers["sw"].command.index("--model") + 1] == cfg.model_of("sw")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--pair", "sw=/nonexistent"], "no config.json"),
+        (["--pair", "sw"], "NAME=FOLDER"),
+        (["--pair", "proxima=."], "taken"),
+        (["--mode", "sw-stock=", "--pair", "sw=."], "taken"),
+    ],
+)
+def test_bad_pairs(model: Path, extra: list[str], message: str) -> None:
+    with pytest.raises(mx.MatrixError, match=message):
+        mx.resolve(["--model", str(model), "--server-args", "--served-model-name m", *extra])
+
+
+def test_pair_needs_one_served_name(model: Path) -> None:
+    with pytest.raises(mx.MatrixError, match="served-model-name"):
+        mx.resolve(["--model", str(model), "--pair", f"sw={model}"])
+
+
+def test_pair_ratio_and_parity_against_its_own_stock(model: Path, tmp_path: Path) -> None:
+    cfg = _pair_cfg(model)
+    state = _state(cfg, mx.Budget(None, 1.0, cfg.modes))
+    tputs = {"stock": 100.0, "proxima": 110.0, "sw-stock": 200.0, "sw": 180.0}
+    outputs = {  # the sliding-window model's tokens differ from the full model's
+        "stock": [_out([1, 2], [1, 1])],
+        "proxima": [_out([1, 2], [1, 1])],
+        "sw-stock": [_out([7, 8], [1, 1])],
+        "sw": [_out([7, 8], [1, 1])],
+    }
+    modes = {}
+    for mode, requests in outputs.items():
+        path = tmp_path / f"parity-{mode}.json"
+        path.write_text(json.dumps({"requests": requests}))
+        modes[mode] = {"detail_file": str(path), "metrics": {"output_throughput": tputs[mode]}}
+    entry = {"point": "parity", "repeat": 0, "order": cfg.modes, "modes": modes}
+    mx._finish_entry(state, entry)
+    assert entry["ratios"] == {"proxima": pytest.approx(1.1), "sw": pytest.approx(0.9)}
+    assert entry["parity"]["identical"] == 1
+    assert entry["parity_vs_stock"]["sw"]["identical"] == 1  # against sw-stock, not stock
+    raw = {
+        "schema": mx.SCHEMA,
+        "config": {"modes": cfg.modes, "bases": cfg.to_dict()["bases"], "points": ["parity"]},
+        "runs": [entry],
+    }
+    assert mr.bases_of(raw) == {"proxima": "stock", "sw": "sw-stock"}
+    table = "\n".join(mr.points_table(raw))
+    assert "| proxima / stock | sw / sw-stock |" in table and "sw-stock / stock" not in table
+    assert "| parity | 100.0 | 110.0 | 200.0 | 180.0 | 1.100 | 0.900 |" in table
+    assert any("sw vs sw-stock" in line for line in mr.parity_lines(raw))

@@ -563,6 +563,32 @@ def test_shape_model_has_the_presets_kv_shape_and_the_tokenizer(tmp_path: Path) 
         shape_model.make_shape_model("llama-2-7b", tmp_path, tmp_path / "x")
 
 
+def test_shape_model_writes_sliding_window_layouts(tmp_path: Path) -> None:
+    from proxima_bench.planner import shape_model
+
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0}}}))
+    out = shape_model.make_shape_model(
+        "llama-3-8b", tok, tmp_path / "sw", sliding_window=128, layers="alternating"
+    )
+    config = json.loads((out / "config.json").read_text())
+    kinds = config["layer_types"]
+    assert config["sliding_window"] == 128 and len(kinds) == config["num_hidden_layers"] == 32
+    assert kinds[:4] == ["sliding_attention", "full_attention"] * 2
+    assert kinds.count("full_attention") == 16
+    gemma3 = shape_model.layer_types("5:1", 12)
+    assert gemma3.count("full_attention") == 2 and gemma3[5] == gemma3[11] == "full_attention"
+    assert set(shape_model.layer_types("all-sliding", 3)) == {"sliding_attention"}
+    full = shape_model.make_shape_model("llama-3-8b", tok, tmp_path / "f")
+    plain = json.loads((full / "config.json").read_text())
+    assert "layer_types" not in plain and "sliding_window" not in plain
+    with pytest.raises(shape_model.ShapeModelError, match="layer pattern"):
+        shape_model.layer_types("3:1", 8)
+    with pytest.raises(shape_model.ShapeModelError, match="window"):
+        shape_model.make_shape_model("llama-3-8b", tok, tmp_path / "x", sliding_window=0)
+
+
 def test_fatal_error_finds_the_engines_exception(tmp_path: Path) -> None:
     from proxima_bench.serving.server import fatal_error
 

@@ -46,3 +46,26 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
         "t",
     )
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_answers_cut_what_is_still_open_at_max_wall() -> None:
+    import asyncio
+
+    from proxima_bench.serving.soak import answers
+
+    async def go() -> list[dict]:
+        async def quick() -> dict:
+            return {"sent": 0.0, "latency": 0.01, "status": "200"}
+
+        async def stuck() -> dict:
+            await asyncio.sleep(60)
+            return {"sent": 1.0, "latency": 60.0, "status": "200"}
+
+        tasks = [asyncio.create_task(quick()), asyncio.create_task(stuck())]
+        return await answers(tasks, [0.0, 1.0], 0.2)
+
+    records = asyncio.run(go())
+    assert records[0]["status"] == "200"
+    assert records[1] == {"sent": 1.0, "latency": None, "status": "cut"}
+    v = verdicts({"requests": records, "samples": [{"t": 0.0, "rss_mib": 1.0}]}, "off", 0.05)
+    assert v["cut_by_max_wall"] == 1 and not v["all_answered_200"]

@@ -11,6 +11,12 @@ and LM head are smaller. Outputs are random tokens, so run with ``ignore_eos``
 
 ``python -m proxima_bench.planner.shape_model --shape llama-2-7b
 --tokenizer models/tiny-llama --out build/llama-2-7b-shape``
+
+``--sliding-window N --layers PATTERN`` makes a sliding-window variant of the
+shape through the config alone (vLLM's Llama reads ``layer_types`` and
+``sliding_window``): ``alternating`` (sliding, full, ...: Gemma-2's and
+gpt-oss's layout; gpt-oss's window is 128), ``5:1`` (five sliding, one full:
+Gemma-3's) or ``all-sliding`` (Mistral-7B-v0.1's).
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ TOKENIZER_FILES = (
     "tokenizer.model",
 )
 MANIFEST = "shape-model.json"
+LAYER_PATTERNS = {
+    "alternating": ("sliding_attention", "full_attention"),
+    "5:1": ("sliding_attention",) * 5 + ("full_attention",),
+    "all-sliding": ("sliding_attention",),
+}
 
 
 class ShapeModelError(ValueError):
@@ -58,7 +69,23 @@ def _tokenizer_facts(folder: Path) -> dict[str, Any]:
     }
 
 
-def make_shape_model(shape_spec: str, tokenizer: Path, out: Path, dtype: str = "bfloat16") -> Path:
+def layer_types(pattern: str, num_layers: int) -> list[str]:
+    """``num_layers`` layer kinds repeating ``pattern`` (a :data:`LAYER_PATTERNS` name)."""
+    if pattern not in LAYER_PATTERNS:
+        known = ", ".join(LAYER_PATTERNS)
+        raise ShapeModelError(f"unknown layer pattern {pattern!r}; one of {known}")
+    cycle = LAYER_PATTERNS[pattern]
+    return [cycle[i % len(cycle)] for i in range(num_layers)]
+
+
+def make_shape_model(
+    shape_spec: str,
+    tokenizer: Path,
+    out: Path,
+    dtype: str = "bfloat16",
+    sliding_window: int | None = None,
+    layers: str = "alternating",
+) -> Path:
     """Write the folder (config.json, tokenizer files, a manifest); returns ``out``.
 
     Args:
@@ -66,10 +93,14 @@ def make_shape_model(shape_spec: str, tokenizer: Path, out: Path, dtype: str = "
         tokenizer: a local folder with a Hugging Face tokenizer.
         out: the folder to (re)write.
         dtype: the model dtype written into the config.
+        sliding_window: a window in tokens for the sliding layers (None: all full).
+        layers: the :data:`LAYER_PATTERNS` name used with ``sliding_window``.
 
     Raises:
-        ShapeModelError: unknown shape or no tokenizer.
+        ShapeModelError: unknown shape or layer pattern, a bad window, or no tokenizer.
     """
+    if sliding_window is not None and sliding_window < 1:
+        raise ShapeModelError(f"sliding window must be >= 1 token, got {sliding_window}")
     try:
         shape = load_shape(shape_spec)
     except PlannerError as e:
@@ -99,6 +130,9 @@ def make_shape_model(shape_spec: str, tokenizer: Path, out: Path, dtype: str = "
         "torch_dtype": dtype,
         **facts,
     }
+    if sliding_window is not None:
+        config["sliding_window"] = sliding_window
+        config["layer_types"] = layer_types(layers, shape.num_layers)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     for f in files:
@@ -107,6 +141,8 @@ def make_shape_model(shape_spec: str, tokenizer: Path, out: Path, dtype: str = "
         "shape": shape.name,
         "tokenizer": str(tokenizer),
         "note": "serve with --load-format dummy",
+        "sliding_window": sliding_window,
+        "layers": layers if sliding_window is not None else "all-full",
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return out
@@ -122,9 +158,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--tokenizer", type=Path, required=True, help="local tokenizer folder")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--sliding-window", type=int, help="window (tokens) of the sliding layers")
+    p.add_argument(
+        "--layers",
+        default="alternating",
+        choices=sorted(LAYER_PATTERNS),
+        help="layer pattern with --sliding-window (alternating)",
+    )
     args = p.parse_args(argv)
     try:
-        out = make_shape_model(args.shape, args.tokenizer, args.out, args.dtype)
+        out = make_shape_model(
+            args.shape, args.tokenizer, args.out, args.dtype, args.sliding_window, args.layers
+        )
     except ShapeModelError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

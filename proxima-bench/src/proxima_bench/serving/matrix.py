@@ -26,6 +26,13 @@ requests and KV usage, and the increase of every ``proxima:*_total`` counter
 (scheduler steps and CPU seconds, ...). Ratios are each non-stock mode's
 output tok/s over stock's.
 
+``--pair NAME=FOLDER`` adds a second model to the same run: two more servers on
+that folder (which must hold the same tokenizer), ``NAME-stock`` (``--proxima
+off``) and ``NAME`` (proxima), compared with each other rather than with
+``stock`` (ratio and parity). One start-up serves both comparisons, e.g. a
+sliding-window variant of the shape beside the full-attention one. Give the
+servers one ``--served-model-name`` then (the load generator asks for it).
+
 Outputs in ``--out``: ``raw.json`` (rewritten atomically after every run),
 ``report.md`` and ``matrix-ratio.png`` (see :mod:`.matrix_report`),
 ``command.txt``, ``server-MODE.log`` per mode, ``bench.log``,
@@ -87,6 +94,7 @@ SCHEMA = "proxima-matrix/1"
 MODES = ("stock", "proxima")  # the built-in modes; --mode adds more
 BASE = "stock"  # every other mode is compared with it
 MODE_NAME = re.compile(r"[A-Za-z0-9-]+")
+PAIR_STOCK = "-stock"  # --pair NAME adds NAME (proxima) and NAME-stock (--proxima off)
 DEFAULT_ESTIMATE_S = 60.0
 MIN_REQUESTS = 8
 NEAR_TIE_NATS = 0.05
@@ -225,10 +233,26 @@ class Config:
     report: bool
     argv: list[str] = field(default_factory=list)
     modes: list[str] = field(default_factory=lambda: list(MODES))
+    pairs: dict[str, str] = field(default_factory=dict)
+
+    def base_of(self, mode: str) -> str:
+        """The mode ``mode`` is compared with: its pair's stock server, else ``stock``."""
+        return f"{mode}{PAIR_STOCK}" if mode in self.pairs else BASE
+
+    def is_stock(self, mode: str) -> bool:
+        """Whether ``mode`` runs with ``--proxima off`` (``stock``, a pair's ``NAME-stock``)."""
+        return mode == BASE or (
+            mode.endswith(PAIR_STOCK) and mode[: -len(PAIR_STOCK)] in self.pairs
+        )
+
+    def model_of(self, mode: str) -> str:
+        """The model folder ``mode``'s server runs (a pair's own, else ``model``)."""
+        name = mode[: -len(PAIR_STOCK)] if self.is_stock(mode) and mode != BASE else mode
+        return self.pairs.get(name, self.model)
 
     def server_argv(self, mode: str) -> list[str]:
-        """The server arguments of ``mode`` (``stock`` adds ``--proxima off``)."""
-        head = ["--proxima", "off"] if mode == "stock" else []
+        """The server arguments of ``mode`` (stock modes add ``--proxima off``)."""
+        head = ["--proxima", "off"] if self.is_stock(mode) else []
         return [*head, *self.server_args, *self.mode_args.get(mode, [])]
 
     def to_dict(self) -> dict[str, Any]:
@@ -241,6 +265,8 @@ class Config:
             "modes": self.modes,
             "mode_args": self.mode_args,
             "server_argv": {m: self.server_argv(m) for m in self.modes},
+            "pairs": self.pairs,
+            "bases": {m: self.base_of(m) for m in self.modes if not self.is_stock(m)},
             "points": [p.name for p in self.points],
             "repeats": self.repeats,
             "scale": self.scale,
@@ -288,6 +314,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="one more server (proxima on) with these extra server arguments, compared "
         "with stock like proxima; repeatable; NAME: letters, digits and '-', e.g. "
         "admit-stock='--proxima-admission stock'",
+    )
+    p.add_argument(
+        "--pair",
+        action="append",
+        default=[],
+        dest="pairs",
+        metavar="NAME=FOLDER",
+        help="two more servers on another model folder (same tokenizer): NAME-stock "
+        "(--proxima off) and NAME (proxima), compared with each other; repeatable",
     )
     p.add_argument("--points", default="all", help="comma-separated points in run order (all)")
     p.add_argument("--list-points", action="store_true", help="print the points and exit")
@@ -427,6 +462,30 @@ def run_order(modes: Sequence[str], index: int, repeat: int = 0) -> list[str]:
     return [*modes[start:], *modes[:start]]
 
 
+def parse_pairs(items: Sequence[str], taken: Sequence[str]) -> dict[str, str]:
+    """``--pair NAME=FOLDER`` items as {NAME: resolved folder}, in the order given.
+
+    Raises:
+        MatrixError: a bad or taken name, or a folder without config.json.
+    """
+    result: dict[str, str] = {}
+    for item in items:
+        name, sep, folder = item.partition("=")
+        name = name.strip()
+        if not sep or not MODE_NAME.fullmatch(name) or not folder.strip():
+            raise MatrixError(
+                f"--pair {item!r}: expected NAME=FOLDER, NAME of letters, digits and '-'"
+            )
+        names = (name, name + PAIR_STOCK)
+        if any(n in taken or n in result or n.removesuffix(PAIR_STOCK) in result for n in names):
+            raise MatrixError(f"--pair {name}: the name (or {name}{PAIR_STOCK}) is taken")
+        path = Path(folder.strip()).expanduser().resolve()
+        if not (path / "config.json").is_file():
+            raise MatrixError(f"--pair {item!r}: no config.json in {path} (local folders only)")
+        result[name] = str(path)
+    return result
+
+
 def _check_reserved(arg_lists: Sequence[Sequence[str]]) -> None:
     for flag in ("--proxima", "--port", "--host", "--model"):
         for a in (a for args in arg_lists for a in args):
@@ -504,8 +563,14 @@ def resolve(argv: Sequence[str]) -> Config:
     mode_args = parse_mode_args(args.mode_args)
     extra_modes = parse_modes(args.modes)
     mode_args.update(extra_modes)
+    pairs = parse_pairs(args.pairs, [*MODES, *extra_modes])
     arg_lists = [server_args, *mode_args.values()]
     _check_reserved(arg_lists)
+    if pairs and not _opt_value(server_args, "--served-model-name"):
+        raise MatrixError(
+            "--pair needs one --served-model-name in --server-args (two model folders, "
+            "one name for the load generator to ask for)"
+        )
     points = parse_points(args.points)
     vocab = config.get("vocab_size")
     if any(p.parity for p in points) and not (
@@ -541,7 +606,8 @@ def resolve(argv: Sequence[str]) -> Config:
         out=out.resolve(),
         report=not args.no_report,
         argv=list(argv),
-        modes=[*MODES, *extra_modes],
+        modes=[*MODES, *extra_modes, *(m for n in pairs for m in (n + PAIR_STOCK, n))],
+        pairs=pairs,
     )
 
 
@@ -800,7 +866,7 @@ def make_servers(cfg: Config) -> dict[str, Server]:
     for mode in cfg.modes:
         for _ in range(10):
             server = Server(
-                cfg.model,
+                cfg.model_of(mode),
                 cfg.server_argv(mode),
                 cfg.out / f"server-{mode}.log",
                 python=cfg.python,
@@ -844,9 +910,9 @@ def _ready(state: RunState, mode: str, server: Server) -> None:
         log_facts=facts,
         cache_config=ms.info_labels(samples, "vllm:cache_config_info")[:1],
     )
-    want = "off" if mode == BASE else "on"
+    want = "off" if state.cfg.is_stock(mode) else "on"
     if facts.get("mode") not in (None, want):
-        hint = " (PROXIMA_MODE=off in the environment?)" if mode != BASE else ""
+        hint = " (PROXIMA_MODE=off in the environment?)" if want == "on" else ""
         raise ServerError(
             f"the {mode} server reports proxima {facts.get('mode')}, expected {want}{hint}"
         )
@@ -1451,20 +1517,28 @@ def poisson_rate(cfg: Config, raw: dict[str, Any], repeat: int) -> tuple[float |
 
 
 def ratio(
-    entry: dict[str, Any], key: str = "output_throughput", mode: str = "proxima"
+    entry: dict[str, Any], key: str = "output_throughput", mode: str = "proxima", base: str = BASE
 ) -> float | None:
-    """``mode`` / stock of a metric in a point entry (None if either is missing)."""
-    values = [((entry["modes"].get(m) or {}).get("metrics") or {}).get(key) for m in (BASE, mode)]
+    """``mode`` / ``base`` of a metric in a point entry (None if either is missing)."""
+    values = [((entry["modes"].get(m) or {}).get("metrics") or {}).get(key) for m in (base, mode)]
     if any(not isinstance(v, int | float) for v in values) or not values[0]:
         return None
     return float(values[1]) / float(values[0])
 
 
 def ratios(
-    entry: dict[str, Any], modes: Sequence[str], key: str = "output_throughput"
+    entry: dict[str, Any],
+    modes: Sequence[str],
+    key: str = "output_throughput",
+    bases: dict[str, str] | None = None,
 ) -> dict[str, float | None]:
-    """Every non-stock mode's :func:`ratio` to stock, by mode."""
-    return {m: ratio(entry, key, m) for m in modes if m != BASE}
+    """Every compared mode's :func:`ratio` to its base (``bases``; default stock), by mode.
+
+    Without ``bases`` every mode but stock is compared with stock; with it, only its keys.
+    """
+    if bases is None:
+        bases = {m: BASE for m in modes if m != BASE}
+    return {m: ratio(entry, key, m, bases[m]) for m in modes if m in bases}
 
 
 def _run_line(entry: dict[str, Any]) -> str:
@@ -1479,7 +1553,9 @@ def _run_line(entry: dict[str, Any]) -> str:
         parts[-1] += f" (preemptions {'?' if preempt is None else f'{preempt:.0f}'}, "
         parts[-1] += f"{run.get('wall_s', 0):.1f}s)"
     shown = [f"{m} {r:.3f}" for m, r in (entry.get("ratios") or {}).items() if r is not None]
-    return ", ".join(parts) + (f"; / stock: {', '.join(shown)}" if shown else "")
+    return ", ".join(parts) + (
+        f"; ratios (to stock, or a pair's own): {', '.join(shown)}" if shown else ""
+    )
 
 
 def _check_alive(servers: dict[str, Server]) -> None:
@@ -1564,17 +1640,19 @@ def _finish_entry(state: RunState, entry: dict[str, Any]) -> None:
 
     ``ratios``: every non-stock mode / stock; ``ratio``: proxima's (as before
     there were more modes). Parity: ``parity`` is proxima vs stock,
-    ``parity_vs_stock`` the other modes' (by mode).
+    ``parity_vs_stock`` the other modes' (by mode; a ``--pair`` mode's against its
+    ``NAME-stock``, the same model).
     """
-    entry["ratios"] = ratios(entry, state.cfg.modes)
+    cfg = state.cfg
+    bases = {m: cfg.base_of(m) for m in cfg.modes if not cfg.is_stock(m)}
+    entry["ratios"] = ratios(entry, cfg.modes, bases=bases)
     entry["ratio"] = entry["ratios"].get("proxima")
-    stock = entry["modes"].get(BASE)
-    if entry["point"] == "parity" and stock:
-        stock_requests = json.loads(Path(stock["detail_file"]).read_text())["requests"]
-        for mode in state.cfg.modes:
-            run = entry["modes"].get(mode)
-            if mode == BASE or not run:
+    if entry["point"] == "parity":
+        for mode in cfg.modes:
+            run, base = entry["modes"].get(mode), entry["modes"].get(cfg.base_of(mode))
+            if cfg.is_stock(mode) or not run or not base:
                 continue
+            stock_requests = json.loads(Path(base["detail_file"]).read_text())["requests"]
             detail = json.loads(Path(run["detail_file"]).read_text())["requests"]
             p = compare_parity(stock_requests, detail)
             if mode == "proxima":
@@ -1582,8 +1660,9 @@ def _finish_entry(state: RunState, entry: dict[str, Any]) -> None:
             else:
                 entry.setdefault("parity_vs_stock", {})[mode] = p
             state.log(
-                f"[parity r{entry['repeat']} {mode} vs stock] identical {p['identical']}/"
-                f"{p['compared']}, token agreement {p['token_agreement'] or 0:.4f}, "
+                f"[parity r{entry['repeat']} {mode} vs {cfg.base_of(mode)}] identical "
+                f"{p['identical']}/{p['compared']}, "
+                f"token agreement {p['token_agreement'] or 0:.4f}, "
                 f"divergences {p['divergences']} ({p['near_tie_divergences']} at near-ties)"
             )
     state.log(f"[{entry['point']} r{entry['repeat']}] " + _run_line(entry))

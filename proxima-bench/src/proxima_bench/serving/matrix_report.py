@@ -80,8 +80,18 @@ def modes_of(raw: dict[str, Any]) -> list[str]:
 
 
 def others(modes: Sequence[str]) -> list[str]:
-    """The modes compared with stock."""
+    """The modes compared with stock (a run without ``--pair``)."""
     return [m for m in modes if m != BASE]
+
+
+def bases_of(raw: dict[str, Any]) -> dict[str, str]:
+    """Every compared mode's base, in mode order: the run's ``config.bases`` (``--pair``
+    modes against their ``NAME-stock``), else every mode but stock against stock."""
+    modes = modes_of(raw)
+    stored = (raw.get("config") or {}).get("bases")
+    if isinstance(stored, dict) and stored:
+        return {m: str(stored[m]) for m in modes if m in stored}
+    return {m: BASE for m in others(modes)}
 
 
 def entries(raw: dict[str, Any], point: str) -> list[dict[str, Any]]:
@@ -106,8 +116,8 @@ def entry_ratio(entry: dict[str, Any], mode: str) -> float | None:
     """``mode`` / stock output tok/s of one entry: its ``ratios``, else (older
     files) its ``ratio`` for proxima, else from the two modes' metrics."""
     stored = entry.get("ratios")
-    if isinstance(stored, dict) and mode in stored:
-        value = stored[mode]
+    if isinstance(stored, dict):  # every compared mode's, against its own base
+        value = stored.get(mode)
     elif mode == "proxima" and "ratio" in entry:
         value = entry["ratio"]
     else:
@@ -132,22 +142,22 @@ def point_row(raw: dict[str, Any], point: str) -> dict[str, Any] | None:
     Returns:
         ``repeats``, ``modes`` (:func:`modes_of`), per mode
         ``output_throughput``, ``preemptions``, ``p95_ttft_ms``,
-        ``p95_e2el_ms`` and, for every mode but stock, ``ratios`` (mode /
-        stock output tok/s per repeat with both), ``ratio`` (their mean),
+        ``p95_e2el_ms`` and, for every compared mode (:func:`bases_of`), ``ratios``
+        (mode / its base's output tok/s per repeat with both), ``ratio`` (their mean),
         ``ratio_min`` / ``ratio_max``; the top-level ``ratios`` ... are
         proxima's.
     """
     runs = entries(raw, point)
     if not runs:
         return None
-    modes = modes_of(raw)
+    modes, bases = modes_of(raw), bases_of(raw)
     row: dict[str, Any] = {"point": point, "repeats": len(runs), "modes": modes}
     for mode in modes:
         row[mode] = {
             key: _mean([_metric(e, mode, key) for e in runs])
             for key in ("output_throughput", "preemptions", "p95_ttft_ms", "p95_e2el_ms")
         }
-        if mode != BASE:
+        if mode in bases:
             values = [r for e in runs if (r := entry_ratio(e, mode)) is not None]
             row[mode].update(_ratio_stats(values))
     row.update(_ratio_stats((row.get("proxima") or {}).get("ratios") or []))
@@ -192,8 +202,8 @@ def points_table(raw: dict[str, Any]) -> list[str]:
     """The main table: one row per point that ran; a tok/s column per mode
     (stock first), a ratio column per other mode, then preemptions and P95
     latencies of every mode (``a / b / ...`` in the same order)."""
-    modes = modes_of(raw)
-    head = [f"{m} tok/s" for m in modes] + [f"{m} / stock" for m in others(modes)]
+    modes, bases = modes_of(raw), bases_of(raw)
+    head = [f"{m} tok/s" for m in modes] + [f"{m} / {b}" for m, b in bases.items()]
     head += ["preemptions", "P95 TTFT ms", "P95 E2E s"]
     lines = ["| point | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
     for name in point_names(raw):
@@ -201,7 +211,7 @@ def points_table(raw: dict[str, Any]) -> list[str]:
         if row is None:
             continue
         cells = [_num(row[m]["output_throughput"]) for m in modes]
-        cells += [_ratio(row[m]) for m in others(modes)]
+        cells += [_ratio(row[m]) for m in bases]
         cells += [
             _pair(row, "preemptions", lambda v: _num(v, 0)),
             _pair(row, "p95_ttft_ms", _ms),
@@ -299,11 +309,13 @@ def parity_lines(raw: dict[str, Any]) -> list[str]:
     """The greedy parity summary, one bullet per repeat and mode compared with
     stock (proxima's in ``parity``, the others' in ``parity_vs_stock``)."""
     lines: list[str] = []
+    bases = bases_of(raw)
     for entry in entries(raw, "parity"):
         extra = entry.get("parity_vs_stock") or {}
         compared = {"proxima": entry.get("parity"), **extra}
         for mode, p in compared.items():
-            label = f"repeat {entry['repeat']}" + (f", {mode} vs stock" if extra else "")
+            base = bases.get(mode, BASE)
+            label = f"repeat {entry['repeat']}" + (f", {mode} vs {base}" if extra else "")
             if p:
                 lines += _parity_bullet(label, p)
             elif mode == "proxima":

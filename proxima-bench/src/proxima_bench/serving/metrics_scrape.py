@@ -146,6 +146,22 @@ class GpuMemoryPoller:
             return None
         return sum(values) if values else None
 
+    def used_mib_of(self, pids: set[int]) -> float | None:
+        """GPU memory held by the processes ``pids`` (MiB, summed over the visible GPUs;
+        ``--query-compute-apps``), or None if it cannot be read. Tells apart several
+        servers sharing one GPU, where :meth:`used_mib` is their sum."""
+        if self.exe is None:
+            return None
+        cmd = [self.exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+        if self.ids:
+            cmd.append("--id=" + ",".join(self.ids))
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True)
+            rows = [line.split(",") for line in out.stdout.splitlines() if line.strip()]
+            return sum(float(mib) for pid, mib in rows if int(pid) in pids)
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return None
+
 
 @dataclass
 class TimeSeries:
