@@ -181,7 +181,9 @@ case $PLAN in
     [ -d /tmp/$shape ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
       --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
     # every request in flight holds a socket on both ends: raise the open-file limit; where the
-    # hard limit is low, cap connections per server (the rest wait in the client, still timed)
+    # hard limit is low, cap connections per server (the rest wait in the client, still timed).
+    # --max-wall: what the plan's budget leaves after start-up (~110 s) and the stop, so the
+    # results are written even if the drain runs long (requests still open then count as cut).
     ulimit -n "$(ulimit -Hn)" 2>/dev/null
     nofile=$(ulimit -n); conns=0
     [ "$nofile" != unlimited ] && [ "$nofile" -lt 200000 ] && conns=$(( (nofile - 2000) / 4 ))
@@ -189,6 +191,7 @@ case $PLAN in
     echo "=== soak $shape at ${RATE:-62} req/s a server, ${SOAK_S:-300} s, side by side (nofile $nofile, max connections $conns; cap $((l - 5))s)" | tee -a "$LOG"
     timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.soak --model /tmp/$shape --concurrent \
       --rate "${RATE:-62}" --seconds "${SOAK_S:-300}" --timeout 900 --max-connections $conns \
+      --max-wall $((l - 200)) \
       --out "$W/soak" -- \
       --load-format dummy --dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.42 \
       --kv-cache-memory-bytes $((4 * 1024**3)) > "$W/soak.log" 2>&1
