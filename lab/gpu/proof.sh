@@ -216,7 +216,7 @@ case $PLAN in
                      --gpu-memory-utilization 0.22 --kv-cache-memory-bytes $((4 * 1024**3))" \
       --mode-args "stock=--speculative-config '$NGRAM'" --mode-args "proxima=--speculative-config '$NGRAM'" \
       --pair sw=/tmp/$shape-sw128 \
-      --points ${DROPIN_POINTS:-mix-c32,mix-burst} --repeats ${REPEATS:-3} \
+      --points ${DROPIN_POINTS:-mix-c32,mix-burst} --repeats ${DROPIN_REPEATS:-3} \
       --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
       --out "$W/matrix" > "$W/matrix.log" 2>&1
     echo "=== matrix rc=$?" | tee -a "$LOG"; grep -E "ratio|ready in|skip|FAILED|tok/s" "$W/matrix.log" | cut -c1-300 | tail -30
