@@ -1060,3 +1060,40 @@ def test_pair_ratio_and_parity_against_its_own_stock(model: Path, tmp_path: Path
     assert "| proxima / stock | sw / sw-stock |" in table and "sw-stock / stock" not in table
     assert "| parity | 100.0 | 110.0 | 200.0 | 180.0 | 1.100 | 0.900 |" in table
     assert any("sw vs sw-stock" in line for line in mr.parity_lines(raw))
+
+
+def test_report_and_plot_of_a_pair_run(tmp_path: Path) -> None:
+    """A --pair run's stock servers are bases: the plot has no series for them (it broke
+    on the first GPU run with a pair: KeyError 'ratio')."""
+    pytest.importorskip("matplotlib")
+    modes = ["stock", "proxima", "sw-stock", "sw"]
+    runs = [
+        {
+            "point": "mix-c32",
+            "repeat": r,
+            "ratios": {"proxima": 1.0 + r / 10, "sw": 0.9},
+            "modes": {m: _run(100.0 + r, 0) for m in modes},
+        }
+        for r in range(2)
+    ]
+    raw = {
+        "schema": mx.SCHEMA,
+        "created": "now",
+        "status": "done",
+        "config": {
+            "model": "/m/x",
+            "modes": modes,
+            "bases": {"proxima": "stock", "sw": "sw-stock"},
+            "points": ["mix-c32"],
+            "repeats": 2,
+        },
+        "servers": {},
+        "runs": runs,
+        "skipped": [],
+    }
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "raw.json").write_text(json.dumps(raw))
+    text = mr.write_report([tmp_path / "a"], plots=True).read_text()
+    row = "| mix-c32 | 100.5 | 100.5 | 100.5 | 100.5 | 1.050 (1.000–1.100) | 0.900 (0.900–0.900) |"
+    assert row in text
+    assert (tmp_path / "a" / mr.PLOT_NAME).read_bytes()[:4] == b"\x89PNG"

@@ -492,11 +492,12 @@ def write_plot(runs: Sequence[tuple[Path, dict[str, Any]]], path: Path) -> bool:
     series: list[tuple[str, dict[str, dict[str, Any] | None]]] = []
     for folder, raw in runs:
         rows = {n: point_row(raw, n) for n in names}
-        compared = others(modes_of(raw))
+        bases = bases_of(raw)  # a --pair's stock servers are bases, not compared
+        compared = list(bases)
         for mode in compared:
             label = _heading(raw, folder)
             if compared != ["proxima"]:
-                label += f": {mode}"
+                label += f": {mode}" + (f" / {bases[mode]}" if bases[mode] != BASE else "")
             series.append((label, {n: r[mode] if r else None for n, r in rows.items()}))
     values = [f["ratio"] for _l, by in series for f in by.values() if f and f["ratio"] is not None]
     if not values:
