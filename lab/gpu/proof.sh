@@ -16,6 +16,7 @@
 #   matrix-8b | matrix-7b | matrix-qwen  the workload matrix, stock and proxima servers up at once
 #   attrib-8b         attribution: stock, proxima, proxima with stock admission, whole-future projection
 #   soak-8b           the overload soak, stock and proxima side by side, RATE req/s each for SOAK_S s (issue 15)
+#   aa-qwen           issue 13: an A/A control on the Qwen2.5-7B shape (two stock and two proxima servers)
 #   dropin-8b         issue 16 on the GPU: n-gram speculative decoding on both sides, and a sliding-window
 #                     variant of the shape (alternating sliding/full, window 128) as a --pair; four servers
 #   tp2 | ray         tensor parallelism over 2 GPUs; vLLM's Ray executor
@@ -220,6 +221,27 @@ case $PLAN in
       --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
       --out "$W/matrix" > "$W/matrix.log" 2>&1
     echo "=== matrix rc=$?" | tee -a "$LOG"; grep -E "ratio|ready in|skip|FAILED|tok/s" "$W/matrix.log" | cut -c1-300 | tail -30
+    cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
+    cp "$W/matrix/report.md" "$OUTD/$PLAN-report.md" 2>/dev/null
+    ;;
+  aa-qwen)  # issue 13: is a gap below 1.0x within the machine's spread? The Qwen2.5-7B shape (GQA-4),
+    # where mix-c32 ran 0.913 and 0.944: stock and proxima, and a second pair of both on the same model
+    # (--pair aa=MODEL, an A/A control: aa-stock / stock is two stock servers' spread). Four servers at
+    # 0.22 of the GPU each; points AA_POINTS (mix-c32,mix-c64), AA_REQUESTS_SCALE (4: 512 and 1,024
+    # requests, ~15 s a run) times the requests, AA_REPEATS (2).
+    shape=qwen2.5-7b
+    [ -d /tmp/$shape ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
+      --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+    l=$(left)
+    echo "=== A/A matrix $shape (budget $((l - 30))s)" | tee -a "$LOG"
+    timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.matrix --model /tmp/$shape \
+      --server-args "--served-model-name m --load-format dummy --dtype bfloat16 --max-model-len 4096 \
+                     --gpu-memory-utilization 0.22 --kv-cache-memory-bytes $((4 * 1024**3))" \
+      --pair aa=/tmp/$shape --requests-scale ${AA_REQUESTS_SCALE:-4} \
+      --points ${AA_POINTS:-mix-c32,mix-c64} --repeats ${AA_REPEATS:-2} \
+      --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
+      --out "$W/matrix" > "$W/matrix.log" 2>&1
+    echo "=== matrix rc=$?" | tee -a "$LOG"; grep -E "ratio|ready in|skip|FAILED" "$W/matrix.log" | cut -c1-300 | tail -30
     cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
     cp "$W/matrix/report.md" "$OUTD/$PLAN-report.md" 2>/dev/null
     ;;

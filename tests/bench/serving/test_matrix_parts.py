@@ -1097,3 +1097,47 @@ def test_report_and_plot_of_a_pair_run(tmp_path: Path) -> None:
     row = "| mix-c32 | 100.5 | 100.5 | 100.5 | 100.5 | 1.050 (1.000–1.100) | 0.900 (0.900–0.900) |"
     assert row in text
     assert (tmp_path / "a" / mr.PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_pair_on_the_main_model_is_an_a_a_control(model: Path, tmp_path: Path) -> None:
+    """``--pair aa=MODEL``: aa-stock is compared with stock too (two stock servers: the
+    machine's spread), aa with aa-stock (a second proxima / stock figure)."""
+    cfg = mx.resolve(
+        [
+            "--model", str(model),
+            "--server-args", "--served-model-name m",
+            "--pair", f"aa={model}",
+            "--out", str(tmp_path / "out"),
+        ]
+    )  # fmt: skip
+    assert cfg.modes == ["stock", "proxima", "aa-stock", "aa"]
+    assert cfg.bases() == {"proxima": "stock", "aa-stock": "stock", "aa": "aa-stock"}
+    assert cfg.to_dict()["bases"] == cfg.bases()
+    assert cfg.server_argv("aa-stock")[:2] == ["--proxima", "off"]  # still a stock server
+    state = _state(cfg, mx.Budget(None, 1.0, cfg.modes))
+    tputs = {"stock": 100.0, "proxima": 95.0, "aa-stock": 104.0, "aa": 101.0}
+    entry = {
+        "point": "mix-c32",
+        "repeat": 0,
+        "order": cfg.modes,
+        "modes": {m: {"metrics": {"output_throughput": t}} for m, t in tputs.items()},
+    }
+    mx._finish_entry(state, entry)
+    assert entry["ratios"] == {
+        "proxima": pytest.approx(0.95),
+        "aa-stock": pytest.approx(1.04),
+        "aa": pytest.approx(101 / 104),
+    }
+    raw = {"schema": mx.SCHEMA, "config": {"modes": cfg.modes, "bases": cfg.bases()}}
+    raw["runs"] = [entry]
+    assert "| aa-stock / stock |" in "\n".join(mr.points_table(raw))
+
+
+def test_requests_scale_lengthens_points_without_changing_lengths(model: Path) -> None:
+    base = ["--model", str(model), "--points", "mix-c32"]
+    one, four = mx.resolve(base), mx.resolve([*base, "--requests-scale", "4"])
+    spec = one.points[0]
+    assert (one.num_requests(spec), four.num_requests(spec)) == (128, 512)
+    assert four.to_dict()["requests_scale"] == 4.0 and four.scale == one.scale == 1.0
+    with pytest.raises(mx.MatrixError, match="requests-scale"):
+        mx.resolve([*base, "--requests-scale", "0"])

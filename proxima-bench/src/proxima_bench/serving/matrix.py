@@ -32,6 +32,9 @@ off``) and ``NAME`` (proxima), compared with each other rather than with
 ``stock`` (ratio and parity). One start-up serves both comparisons, e.g. a
 sliding-window variant of the shape beside the full-attention one. Give the
 servers one ``--served-model-name`` then (the load generator asks for it).
+A pair on ``--model`` itself is an A/A control: ``NAME-stock`` is also compared
+with ``stock`` (two stock servers: the machine's spread), ``NAME`` with
+``NAME-stock`` (a second proxima / stock figure from the same run).
 
 Outputs in ``--out``: ``raw.json`` (rewritten atomically after every run),
 ``report.md`` and ``matrix-ratio.png`` (see :mod:`.matrix_report`),
@@ -234,6 +237,27 @@ class Config:
     argv: list[str] = field(default_factory=list)
     modes: list[str] = field(default_factory=lambda: list(MODES))
     pairs: dict[str, str] = field(default_factory=dict)
+    requests_scale: float = 1.0
+
+    def num_requests(self, spec: PointSpec) -> int:
+        """Requests per run of ``spec``: scaled by ``--scale`` and ``--requests-scale``."""
+        return scaled_count(spec.num_requests, self.scale * self.requests_scale)
+
+    def bases(self) -> dict[str, str]:
+        """Every compared mode and the mode it is compared with, in mode order:
+        proxima modes against stock, a ``--pair``'s ``NAME`` against ``NAME-stock``,
+        and a pair on the main model itself (an A/A control) also ``NAME-stock``
+        against ``stock``: the run-to-run spread of two stock servers."""
+        controls = {
+            f"{name}{PAIR_STOCK}"
+            for name, folder in self.pairs.items()
+            if Path(folder).resolve() == Path(self.model).resolve()
+        }
+        return {
+            m: (BASE if m in controls else self.base_of(m))
+            for m in self.modes
+            if not self.is_stock(m) or m in controls
+        }
 
     def base_of(self, mode: str) -> str:
         """The mode ``mode`` is compared with: its pair's stock server, else ``stock``."""
@@ -266,10 +290,11 @@ class Config:
             "mode_args": self.mode_args,
             "server_argv": {m: self.server_argv(m) for m in self.modes},
             "pairs": self.pairs,
-            "bases": {m: self.base_of(m) for m in self.modes if not self.is_stock(m)},
+            "bases": self.bases(),
             "points": [p.name for p in self.points],
             "repeats": self.repeats,
             "scale": self.scale,
+            "requests_scale": self.requests_scale,
             "seed": self.seed,
             "max_total_len": self.max_total_len,
             "vocab_size": self.vocab_size,
@@ -332,6 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=1.0,
         help="multiplies request counts (at least 8) and lengths, not concurrencies (1)",
+    )
+    p.add_argument(
+        "--requests-scale",
+        type=float,
+        default=1.0,
+        help="multiplies request counts only, after --scale: longer points, same lengths (1)",
     )
     p.add_argument("--seed", type=int, default=0, help="workload seed (0)")
     p.add_argument(
@@ -531,6 +562,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
     checks = (
         (args.repeats >= 1, "--repeats must be >= 1"),
         (args.scale > 0, "--scale must be > 0"),
+        (args.requests_scale > 0, "--requests-scale must be > 0"),
         (args.budget_s is None or args.budget_s > 0, "--budget-s must be > 0"),
         (args.poisson_rate is None or args.poisson_rate > 0, "--poisson-rate must be > 0"),
         (args.default_estimate_s >= 0, "--default-estimate-s must be >= 0"),
@@ -587,6 +619,7 @@ def resolve(argv: Sequence[str]) -> Config:
         points=points,
         repeats=args.repeats,
         scale=args.scale,
+        requests_scale=args.requests_scale,
         seed=args.seed,
         max_total_len=args.max_total_len or _max_total_len(config, arg_lists),
         vocab_size=vocab if isinstance(vocab, int) else None,
@@ -652,7 +685,7 @@ def prepare_bench(
     """
     assert spec.workload is not None and tokenizer is not None
     workload = make_workload(spec.workload, cfg.scale, cfg.max_total_len)
-    num = scaled_count(spec.num_requests, cfg.scale)
+    num = cfg.num_requests(spec)
     cseed = content_seed(cfg.seed, repeat, spec)
     path = cfg.out / "workloads" / f"r{repeat}-{spec.name}.jsonl"
     written = write_dataset(
@@ -691,7 +724,7 @@ def parity_lengths(cfg: Config) -> tuple[tuple[int, int], int]:
 def prepare_parity(cfg: Config, spec: PointSpec, repeat: int) -> Prepared:
     """Random token-id prompts (ids in ``[7, vocab)``), seeded per repeat."""
     assert cfg.vocab_size is not None
-    num = scaled_count(spec.num_requests, cfg.scale)
+    num = cfg.num_requests(spec)
     (lo, hi), out_len = parity_lengths(cfg)
     rng = np.random.default_rng([cfg.seed, repeat, 7])
     lens = rng.integers(lo, hi + 1, size=num)
@@ -1644,8 +1677,7 @@ def _finish_entry(state: RunState, entry: dict[str, Any]) -> None:
     ``NAME-stock``, the same model).
     """
     cfg = state.cfg
-    bases = {m: cfg.base_of(m) for m in cfg.modes if not cfg.is_stock(m)}
-    entry["ratios"] = ratios(entry, cfg.modes, bases=bases)
+    entry["ratios"] = ratios(entry, cfg.modes, bases=cfg.bases())
     entry["ratio"] = entry["ratios"].get("proxima")
     if entry["point"] == "parity":
         for mode in cfg.modes:
@@ -1672,7 +1704,7 @@ def _finish_entry(state: RunState, entry: dict[str, Any]) -> None:
 def _spec_dict(spec: PointSpec, cfg: Config) -> dict[str, Any]:
     return {
         "workload": spec.workload,
-        "num_requests": scaled_count(spec.num_requests, cfg.scale),
+        "num_requests": cfg.num_requests(spec),
         "max_concurrency": spec.max_concurrency,
         "poisson": spec.poisson,
         "parity": spec.parity,
