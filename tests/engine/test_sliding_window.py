@@ -96,3 +96,13 @@ def test_pressure_no_preemptions_same_tokens(layout: str, tmp_path: Path) -> Non
     assert prox["preemptions"] < stock["preemptions"]
     assert not prox["unfinished"] and len(prox["outputs"]) == len(load)
     assert tokens(prox) == tokens(stock)
+
+
+def test_auto_leaves_sliding_window_models_to_stock(tmp_path: Path) -> None:
+    """``--proxima auto`` (the default) runs vLLM's own scheduler for a sliding-window model:
+    on the H200's burst proxima measured slower than stock there; ``on`` still runs it."""
+    model = sliding_model(tmp_path / "alternating", LAYOUTS["alternating"])
+    run = run_engine(mode(engine_kwargs(model=str(model)), "auto"), long_prompts(n=2))
+    assert run["scheduler_cls"] == "Scheduler"
+    assert run["projection"] is None
+    assert not run["unfinished"]

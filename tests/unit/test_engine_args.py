@@ -296,8 +296,34 @@ def test_auto_steps_aside_for_models_the_token_layout_cannot_run(
     config = apply_to_engine_args(engine_args)
     assert (config.mode, config.mode_reason) == ("off", f"{reason} (KV layout token)")
     assert engine_args.block_size is None  # stock's KV layout
-    # the paged layout runs these models (admission left to vLLM where it cannot project)
-    assert apply_to_engine_args(args("auto", "paged")).mode == "on"
+    # The paged layout runs these models (admission left to vLLM where it cannot project);
+    # auto leaves sliding-window ones to stock: measured slower than stock on bursts.
+    paged = apply_to_engine_args(args("auto", "paged"))
+    if reason == "a sliding-window model":
+        assert (paged.mode, paged.mode_reason) == (
+            "off",
+            "a sliding-window model (measured slower than stock on bursts)",
+        )
+        on = apply_to_engine_args(args("on", "paged"))  # explicit on runs them
+        assert (on.mode, on.mode_reason) == ("on", "requested")
+    else:
+        assert paged.mode == "on"
+
+
+def test_auto_runs_full_attention_models_in_the_paged_layout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    fake = SimpleNamespace(
+        is_hybrid=False,
+        is_encoder_decoder=False,
+        hf_text_config=SimpleNamespace(layer_types=["full_attention"] * 2),
+        get_sliding_window=lambda: None,
+    )
+    monkeypatch.setattr(EngineArgs, "create_model_config", lambda self: fake)
+    config = apply_to_engine_args(args("auto", "paged"))
+    assert (config.mode, config.mode_reason) == ("on", "supported")
 
 
 def test_auto_keeps_refusing_bad_values() -> None:

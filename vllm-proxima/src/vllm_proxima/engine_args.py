@@ -146,7 +146,7 @@ def apply_to_engine_args(engine_args: EngineArgs) -> ProximaConfig:
         engine_args.additional_config = {}
     config = ProximaConfig.from_dict(engine_args.additional_config.get(CONFIG_KEY)).resolved()
     model_config = None
-    if config.mode == "auto" and config.token_layout and config.mode_reason is None:
+    if config.mode == "auto" and config.mode_reason is None:
         model_config = _model_config(engine_args)
     config = settle_mode(config, engine_args, model_config)
     if config.enabled and config.prefix_sharing is None:
