@@ -12,7 +12,6 @@ import pytest
 pytest.importorskip("vllm")
 
 from proxima_bench.sim.simulate import make_scheduler  # noqa: E402
-
 from vllm_proxima.scheduling import scheduler as sched_mod  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-llama"

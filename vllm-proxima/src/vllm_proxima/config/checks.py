@@ -57,9 +57,7 @@ def settle_mode(
     as_on = dataclasses.replace(config, mode="on")
     conflict = engine_args_conflict(as_on, engine_args)
     if conflict is None and config.mode == "auto" and model_config is not None:
-        conflict = model_conflict(as_on, model_config) or auto_leaves_to_stock(
-            as_on, model_config
-        )
+        conflict = model_conflict(as_on, model_config) or auto_leaves_to_stock(as_on, model_config)
     if config.mode == "on":
         if conflict is not None:
             raise ProximaConfigError(conflict.message)
