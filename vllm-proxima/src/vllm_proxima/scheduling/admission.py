@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from vllm_proxima.scheduling.lengths import OutputLengthModel
+from vllm_proxima.scheduling.placement import Placement, placed_peak, prepared
 from vllm_proxima.scheduling.projection import projected_peak
 from vllm_proxima.scheduling.victim import cheapest_to_recompute
 from vllm_proxima.scheduling.windows import Windows, worst_window_pages
@@ -174,9 +175,10 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             else None
         )
         self._chunk_steps: np.ndarray | None = None
+        self._placement: Placement | None = None  # the residents, sorted once a step
 
     def begin_step(self) -> None:
-        self._residents = None
+        self._residents = self._placement = None
         self._held = None
         self._skips = 0
         if self._win is not None and self._win.transient:
@@ -299,11 +301,16 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         if self.horizon:
             # Up to the horizon: requests alive beyond it count at their size there.
             remaining = np.minimum(remaining, self.horizon)
-        if self._win is not None:
-            peak = shared + self._win.peak(held, remaining)
-        else:
-            peak = shared + projected_peak(held, remaining, page)
+        if moves:  # a hit moved residents' pages: project everyone
+            win = self._win
+            peak = win.peak(held, remaining) if win else projected_peak(held, remaining, page)
+        else:  # place the candidate among the residents, sorted once (placement.py)
+            if self._placement is None:
+                self._placement = prepared(held[:-1], remaining[:-1], page, self._win)
+            peak = placed_peak(self._placement, self._win, int(held[-1]), int(remaining[-1]))
+        peak += shared
         if peak <= self._capacity() or not running:
+            self._placement = None  # it joins the residents
             if self._win is not None:
                 self._win.admit()
             self._held, self._remaining, self._shared = held, remaining, shared

@@ -142,6 +142,11 @@ class Windows:
         ``remaining``: theirs, the candidate's last)."""
         return windowed_peak(held, remaining, self.shape, *self._with_next())
 
+    def placed(self) -> tuple[int, int, int]:
+        """``(low, high, until)`` of the candidate placed last."""
+        assert self._next is not None
+        return self._next
+
     def admit(self) -> None:
         """The candidate placed last is admitted: it joins the residents."""
         self.low, self.high, self.until = self._with_next()
