@@ -55,8 +55,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from vllm_proxima.scheduling.lengths import OutputLengthModel
-from vllm_proxima.scheduling.placement import Placement, placed_peak, prepared
-from vllm_proxima.scheduling.projection import projected_peak
+from vllm_proxima.scheduling.projection import Placement, projected_peak
 from vllm_proxima.scheduling.victim import cheapest_to_recompute
 from vllm_proxima.scheduling.windows import Windows, worst_window_pages
 
@@ -301,13 +300,14 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         if self.horizon:
             # Up to the horizon: requests alive beyond it count at their size there.
             remaining = np.minimum(remaining, self.horizon)
+        win, c, r = self._win, int(held[-1]), int(remaining[-1])
         if moves:  # a hit moved residents' pages: project everyone
-            win = self._win
             peak = win.peak(held, remaining) if win else projected_peak(held, remaining, page)
-        else:  # place the candidate among the residents, sorted once (placement.py)
+        else:  # place the candidate among the residents, sorted once a step
             if self._placement is None:
-                self._placement = prepared(held[:-1], remaining[:-1], page, self._win)
-            peak = placed_peak(self._placement, self._win, int(held[-1]), int(remaining[-1]))
+                args = (held[:-1], remaining[:-1])
+                self._placement = win.prepare(*args) if win else Placement.of(*args, page)
+            peak = win.placed_peak(self._placement, c, r) if win else self._placement.peak(c, r)
         peak += shared
         if peak <= self._capacity() or not running:
             self._placement = None  # it joins the residents

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vllm_proxima.scheduling.projection import windowed_peak
+from vllm_proxima.scheduling.projection import Placement, windowed_peak
 
 if TYPE_CHECKING:
     from vllm.v1.request import Request
@@ -97,9 +97,14 @@ class Windows:
         self.lookahead = lookahead
         self.low = self.high = self.until = np.zeros(0, dtype=np.int64)
         self._next: tuple[int, int, int] | None = None  # the candidate placed last
-        # Whether some resident holds its prompt's window pages (``high > low``): then
-        # the peak can fall without a departure, when they are freed.
-        self.transient = False
+        # The last step before which some resident holds its prompt's window pages
+        # (``high > low``; 0: none): until then the peak can fall without a departure.
+        self.last_transient = 0
+
+    @property
+    def transient(self) -> bool:
+        """Whether some resident still holds its prompt's window pages."""
+        return self.last_transient > 0
 
     def residents(
         self,
@@ -115,7 +120,8 @@ class Windows:
         self.low, self.high, self.until = resident_windows(
             self.shape, now, total, computed, final, chunks, self.lookahead
         )
-        self.transient = bool(np.any(self.high > self.low))
+        late = self.high > self.low
+        self.last_transient = int(self.until[late].max()) if late.any() else 0
 
     def candidate(self, request: Request, computed: int, queued: int) -> int:
         """Place a candidate (see :func:`candidate_windows`); returns its ``low``, the
@@ -142,13 +148,26 @@ class Windows:
         ``remaining``: theirs, the candidate's last)."""
         return windowed_peak(held, remaining, self.shape, *self._with_next())
 
-    def placed(self) -> tuple[int, int, int]:
-        """``(low, high, until)`` of the candidate placed last."""
+    def prepare(self, held: np.ndarray, remaining: np.ndarray) -> Placement:
+        """The residents' :class:`Placement` (``held``, ``remaining``: theirs), with
+        their window bounds as the ``low`` and ``high`` fixed pages."""
+        fixed = {"low": self.low, "high": self.high}
+        return Placement.of(held, remaining, self.shape.page_size, self.shape.full, fixed)
+
+    def placed_peak(self, placement: Placement, held: int, remaining: int) -> int:
+        """:meth:`peak` with the candidate placed among the residents prepared in
+        ``placement`` (``held`` tokens, ``remaining`` steps: the candidate's)."""
         assert self._next is not None
-        return self._next
+        low, high, until = self._next
+        steady = placement.peak(held, remaining, low, "low")
+        last = max(self.last_transient, until if high > low else 0)
+        if last > 0:  # someone holds its prompt's window pages before step ``last``
+            return max(steady, placement.peak(held, remaining, high, "high", cut=last - 1))
+        return steady
 
     def admit(self) -> None:
         """The candidate placed last is admitted: it joins the residents."""
         self.low, self.high, self.until = self._with_next()
-        self.transient = self.transient or bool(self.high[-1] > self.low[-1])
+        if self.high[-1] > self.low[-1]:
+            self.last_transient = max(self.last_transient, int(self.until[-1]))
         self._next = None
