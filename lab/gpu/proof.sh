@@ -64,6 +64,33 @@ engine() {  # engine NAME CAP ARGS...
   if [ $rc -ne 0 ]; then echo "--- tail of $name.log"; tail -30 "$W/$name.log" | cut -c1-400; fi
 }
 
+shape_model() {  # shape_model SHAPE [ARGS...]: /tmp/SHAPE (or the --out in ARGS) made once
+  local shape=$1 out="" a prev=""; shift
+  for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done
+  [ -n "$out" ] || set -- "$@" --out "/tmp/$shape"
+  [ -d "${out:-/tmp/$shape}" ] && return 0
+  python3 -m proxima_bench.planner.shape_model --shape "$shape" --tokenizer models/tiny-llama \
+    "$@" >> "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+}
+
+matrix() {  # matrix TITLE SHAPE GPU_UTIL KV_BYTES ARGS...: the serving matrix on /tmp/SHAPE, all
+  # servers up at once (GPU_UTIL of the GPU each), every point interleaved; --budget-s is what the
+  # plan has left less 30 s to stop the servers, the timeout the hard cap; raw.json and report.md
+  # come back as $PLAN-raw.json and $PLAN-report.md. ARGS: the plan's own matrix arguments.
+  local title=$1 shape=$2 util=$3 kvb=$4; shift 4
+  local l; l=$(left)
+  echo "=== $title $shape (budget $((l - 30))s, cap $((l - 5))s)" | tee -a "$LOG"
+  timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.matrix --model /tmp/$shape \
+    --server-args "--served-model-name m --load-format dummy --dtype bfloat16 --max-model-len 4096 \
+                   --gpu-memory-utilization $util --kv-cache-memory-bytes $kvb" \
+    "$@" --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
+    --out "$W/matrix" > "$W/matrix.log" 2>&1
+  echo "=== matrix rc=$?" | tee -a "$LOG"
+  grep -E "ratio|ready in|skip|FAILED" "$W/matrix.log" | cut -c1-300 | tail -40
+  cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
+  cp "$W/matrix/report.md" "$OUTD/$PLAN-report.md" 2>/dev/null
+}
+
 python3 -c "import vllm, vllm_proxima, torch; print('vllm', vllm.__version__, vllm.__file__, 'proxima', vllm_proxima.__version__, 'torch', torch.__version__)" 2>&1 | tail -1
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader
 # Clocks, temperature and power every second, to tell machine drift from real differences.
@@ -126,8 +153,7 @@ case $PLAN in
     # proxima; serve = the brief's workload (1,000 prompts would take ~2x the time: 400 per point),
     # serve-sharegpt = ShareGPT-like log-normal lengths (mean output 338 tokens, so from 32 up)
     if [ "$PLAN" = serve ]; then wl=baseline; conc=16,32,64,128,256; else wl=sharegpt; conc=32,64,128,256; fi
-    [ -d /tmp/llama-2-7b-shape ] || python3 -m proxima_bench.planner.shape_model --shape llama-2-7b \
-      --tokenizer models/tiny-llama --out /tmp/llama-2-7b-shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+    shape_model llama-2-7b --out /tmp/llama-2-7b-shape
     l=$(left)
     echo "=== serve_ab $wl (cap $((l - 20))s)" | tee -a "$LOG"
     timeout -k 10 $((l - 20)) python3 -m proxima_bench.serving.ab --model /tmp/llama-2-7b-shape \
@@ -157,21 +183,10 @@ case $PLAN in
       matrix-7b) shape=llama-2-7b; kvb=$((8 * 1024**3)) ;;
       matrix-qwen) shape=qwen2.5-7b; kvb=$((4 * 1024**3)) ;;
     esac
-    [ -d /tmp/$shape ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
-      --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
-    l=$(left)
-    # --budget-s: BUDGET_S - 30 counted from the plan's start (what is left now, minus 30 s to stop
-    # both servers); the timeout is the hard cap.
-    echo "=== matrix $shape (budget $((l - 30))s, cap $((l - 5))s)" | tee -a "$LOG"
-    timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.matrix --model /tmp/$shape \
-      --server-args "--load-format dummy --dtype bfloat16 --max-model-len 4096 \
-                     --gpu-memory-utilization 0.42 --kv-cache-memory-bytes $kvb" \
+    shape_model $shape
+    matrix matrix $shape 0.42 $kvb \
       --points ${MATRIX_POINTS:-parity,mix-burst,mix-c32,longprompt-c32,mix-c64,sysprompt-c64,mix-c128,poisson,mixed-c64,longout-c64,chat-c64,mix-c1,mix-c8,mix-c256} \
-      --repeats ${REPEATS:-1} --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
-      --out "$W/matrix" > "$W/matrix.log" 2>&1
-    echo "=== matrix rc=$?" | tee -a "$LOG"; tail -40 "$W/matrix.log" | cut -c1-300
-    cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
-    cp "$W/matrix/report.md" "$OUTD/$PLAN-report.md" 2>/dev/null
+      --repeats ${REPEATS:-1}
     ;;
   soak-8b)  # issue 15: overload soak, Llama-3-8B shape, 4 GiB KV each, stock and proxima side by side
     # (--concurrent: both servers on the GPU at once, the same seeded stream to each; one soak's time).
@@ -179,8 +194,7 @@ case $PLAN in
     # ~4,456 tok/s / ~144 output tokens a request ~ 31 req/s; matrix run 1) and ~1.8x its burst
     # throughput: the queues grow for the whole soak, so the client timeout covers the drain.
     shape=llama-3-8b
-    [ -d /tmp/$shape ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
-      --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+    shape_model $shape
     # every request in flight holds a socket on both ends: raise the open-file limit; where the
     # hard limit is low, cap connections per server (the rest wait in the client, still timed).
     # --max-wall: what the plan's budget leaves after start-up (~110 s) and the stop, so the
@@ -204,25 +218,12 @@ case $PLAN in
     # and beside it (--pair sw) a sliding-window variant, alternating sliding/full layers with a
     # 128-token window (gpt-oss's layout), its own stock and proxima servers; four servers at once
     shape=llama-3-8b
-    [ -d /tmp/$shape ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
-      --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
-    [ -d /tmp/$shape-sw128 ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
-      --sliding-window 128 --layers alternating --tokenizer models/tiny-llama --out /tmp/$shape-sw128 \
-      >> "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
+    shape_model $shape
+    shape_model $shape --sliding-window 128 --layers alternating --out /tmp/$shape-sw128
     NGRAM='{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,"prompt_lookup_min":2}'
-    l=$(left)
-    echo "=== dropin matrix $shape + $shape-sw128 (budget $((l - 30))s)" | tee -a "$LOG"
-    timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.matrix --model /tmp/$shape \
-      --server-args "--served-model-name m --load-format dummy --dtype bfloat16 --max-model-len 4096 \
-                     --gpu-memory-utilization 0.22 --kv-cache-memory-bytes $((4 * 1024**3))" \
+    matrix "dropin matrix (+ $shape-sw128)" $shape 0.22 $((4 * 1024**3)) \
       --mode-args "stock=--speculative-config '$NGRAM'" --mode-args "proxima=--speculative-config '$NGRAM'" \
-      --pair sw=/tmp/$shape-sw128 \
-      --points ${DROPIN_POINTS:-mix-c32,mix-burst} --repeats ${DROPIN_REPEATS:-3} \
-      --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
-      --out "$W/matrix" > "$W/matrix.log" 2>&1
-    echo "=== matrix rc=$?" | tee -a "$LOG"; grep -E "ratio|ready in|skip|FAILED|tok/s" "$W/matrix.log" | cut -c1-300 | tail -30
-    cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
-    cp "$W/matrix/report.md" "$OUTD/$PLAN-report.md" 2>/dev/null
+      --pair sw=/tmp/$shape-sw128 --points ${DROPIN_POINTS:-mix-c32,mix-burst} --repeats ${DROPIN_REPEATS:-3}
     ;;
   aa-qwen)  # issue 13: is a gap below 1.0x within the machine's spread? The Qwen2.5-7B shape (GQA-4),
     # where mix-c32 ran 0.913 and 0.944: stock and proxima, and a second pair of both on the same model
@@ -230,38 +231,18 @@ case $PLAN in
     # 0.22 of the GPU each; points AA_POINTS (mix-c32,mix-c64), AA_REQUESTS_SCALE (4: 512 and 1,024
     # requests, ~15 s a run) times the requests, AA_REPEATS (2).
     shape=qwen2.5-7b
-    [ -d /tmp/$shape ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
-      --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
-    l=$(left)
-    echo "=== A/A matrix $shape (budget $((l - 30))s)" | tee -a "$LOG"
-    timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.matrix --model /tmp/$shape \
-      --server-args "--served-model-name m --load-format dummy --dtype bfloat16 --max-model-len 4096 \
-                     --gpu-memory-utilization 0.22 --kv-cache-memory-bytes $((4 * 1024**3))" \
-      --pair aa=/tmp/$shape --requests-scale ${AA_REQUESTS_SCALE:-4} \
-      --points ${AA_POINTS:-mix-c32,mix-c64} --repeats ${AA_REPEATS:-2} \
-      --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
-      --out "$W/matrix" > "$W/matrix.log" 2>&1
-    echo "=== matrix rc=$?" | tee -a "$LOG"; grep -E "ratio|ready in|skip|FAILED" "$W/matrix.log" | cut -c1-300 | tail -30
-    cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
-    cp "$W/matrix/report.md" "$OUTD/$PLAN-report.md" 2>/dev/null
+    shape_model $shape
+    matrix "A/A matrix" $shape 0.22 $((4 * 1024**3)) --pair aa=/tmp/$shape \
+      --requests-scale ${AA_REQUESTS_SCALE:-4} --points ${AA_POINTS:-mix-c32,mix-c64} --repeats ${AA_REPEATS:-2}
     ;;
   attrib-8b)  # issue 13 attribution: four servers on the Llama-3-8B shape, points repeated twice:
     # stock; proxima (defaults); admit-stock (proxima's hooks, upstream's admission: the hooks' cost);
     # peak (projection over the whole future, --proxima-horizon 0: the horizon's effect)
     shape=llama-3-8b
-    [ -d /tmp/$shape ] || python3 -m proxima_bench.planner.shape_model --shape $shape \
-      --tokenizer models/tiny-llama --out /tmp/$shape > "$W/shape.log" 2>&1 || { tail "$W/shape.log"; exit 1; }
-    l=$(left)
-    echo "=== attribution matrix $shape (budget $((l - 30))s)" | tee -a "$LOG"
-    timeout -k 10 $((l - 5)) python3 -m proxima_bench.serving.matrix --model /tmp/$shape \
-      --server-args "--load-format dummy --dtype bfloat16 --max-model-len 4096 \
-                     --gpu-memory-utilization 0.22 --kv-cache-memory-bytes $((4 * 1024**3))" \
+    shape_model $shape
+    matrix "attribution matrix" $shape 0.22 $((4 * 1024**3)) \
       --mode admit-stock='--proxima-admission stock' --mode peak='--proxima-horizon 0' \
-      --points mix-burst,longout-c64,mix-c128,mix-c64 --repeats 2 \
-      --budget-s $((l - 30)) --server-timeout 300 --stop-timeout 15 \
-      --out "$W/matrix" > "$W/matrix.log" 2>&1
-    echo "=== matrix rc=$?" | tee -a "$LOG"; grep -E "ratio|ready in|skip" "$W/matrix.log" | cut -c1-260
-    cp "$W/matrix/raw.json" "$OUTD/$PLAN-raw.json" 2>/dev/null
+      --points mix-burst,longout-c64,mix-c128,mix-c64 --repeats 2
     ;;
   tp2)  # issue 9: Llama-2-13B shape over 2 GPUs, stock vs proxima, same run; 16 GiB KV per rank
     engine proxima-tp2 280 --engine proxima --model proxima-bench/src/proxima_bench/models/llama-2-13b \
