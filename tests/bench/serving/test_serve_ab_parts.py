@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import re
 import signal
 import subprocess
@@ -624,13 +623,3 @@ def test_workload_file_is_used_for_every_point(model_dir: Path, tmp_path: Path) 
     assert record["lengths"] == {"prompt": [10, 11, 12], "output": [5, 6, 7]}
     with pytest.raises(ab.ABError, match="does not exist"):
         ab.resolve(["--model", str(model_dir), "--workload-file", str(tmp_path / "no.jsonl")])
-
-
-def test_shielded_holds_off_signals_during_cleanup() -> None:
-    notes: list[str] = []
-    before = signal.getsignal(signal.SIGTERM)
-    with ab.shielded(notes.append):
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.2)
-    assert notes and "SIGTERM ignored" in notes[0]
-    assert signal.getsignal(signal.SIGTERM) == before

@@ -27,23 +27,25 @@ Example (CPU smoke, tiny model)::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import os
 import shlex
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from proxima_bench.runinfo import git_info, machine_info
 from proxima_bench.serving import metrics_scrape as ms
+from proxima_bench.serving.interrupts import (
+    deferred,
+    install_handlers,
+    restore_handlers,
+    shielded,
+)
 from proxima_bench.serving.server import Server, ServerError, child_env, fatal_error, tail
 from proxima_bench.serving.vllm_bench import BenchError, BenchRunner, bench_argv
 from proxima_bench.workloads import (
@@ -98,10 +100,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 class ABError(RuntimeError):
     """Bad arguments or setup for the A/B run."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM / SIGHUP, handled like Ctrl-C."""
 
 
 @dataclass(frozen=True)
@@ -446,7 +444,8 @@ def prepare_workloads(cfg: Config, log: Progress) -> tuple[list[Path], dict[str,
     log(
         f"workload {cfg.workload} (scale {cfg.scale:g}, cap {cfg.max_total_len}): loading tokenizer"
     )
-    tokenizer = load_tokenizer(cfg.tokenizer)
+    with deferred():  # the tokenizer imports torch: no signal mid-import
+        tokenizer = load_tokenizer(cfg.tokenizer)
     folder = cfg.out / "workloads"
     files: list[Path] = []
     written = None
@@ -812,40 +811,6 @@ def run_point(
     return run
 
 
-@contextlib.contextmanager
-def shielded(log: Callable[[str], None]) -> Iterator[None]:
-    """Hold off Ctrl-C / SIGTERM / SIGHUP while children are being stopped.
-
-    A second Ctrl-C during clean-up would otherwise leave a server running;
-    clean-up is bounded (SIGKILL after the stop timeouts). Only the main
-    thread can set handlers; elsewhere this does nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def note(signum: int, _frame: FrameType | None) -> None:
-        log(f"{signal.Signals(signum).name} ignored: still stopping child processes")
-
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {sig: signal.signal(sig, note) for sig in sigs}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _install_signal_handlers() -> dict[signal.Signals, Any]:
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        raise Interrupted(f"signal {signal.Signals(signum).name}")
-
-    previous: dict[signal.Signals, Any] = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        previous[sig] = signal.signal(sig, handler)
-    return previous
-
-
 def run_ab(cfg: Config, log: Progress | None = None) -> tuple[dict[str, Any], int]:
     """Run the whole A/B; returns (raw record, exit status).
 
@@ -884,7 +849,7 @@ def run_ab(cfg: Config, log: Progress | None = None) -> tuple[dict[str, Any], in
     )
     runner_box: dict[str, BenchRunner] = {}
     status = 0
-    previous = _install_signal_handlers()
+    previous = install_handlers()
     try:
         files, raw["workload"] = prepare_workloads(cfg, log)
         save()
@@ -921,8 +886,7 @@ def run_ab(cfg: Config, log: Progress | None = None) -> tuple[dict[str, Any], in
         if runner is not None:
             with shielded(log):
                 runner.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        restore_handlers(previous)
         save()
     if cfg.report and any(m["runs"] for m in raw["modes"].values()):
         from proxima_bench.serving.report import write_report

@@ -66,7 +66,6 @@ import math
 import os
 import re
 import shlex
-import signal
 import sys
 import threading
 import time
@@ -75,14 +74,14 @@ import urllib.request
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import numpy as np
 
 from proxima_bench.runinfo import git_info, machine_info
 from proxima_bench.serving import metrics_scrape as ms
-from proxima_bench.serving.ab import condense_result, shielded
+from proxima_bench.serving.ab import condense_result
+from proxima_bench.serving.interrupts import deferred, install_handlers, restore_handlers, shielded
 from proxima_bench.serving.server import Server, ServerError, child_env, fatal_error, tail
 from proxima_bench.serving.vllm_bench import BenchError, BenchRunner, bench_argv
 from proxima_bench.workloads import (
@@ -111,10 +110,6 @@ PROXIMA_COUNTER_PREFIX, PROXIMA_COUNTER_SUFFIX = "proxima:", "_total"
 
 class MatrixError(RuntimeError):
     """Bad arguments or setup for the matrix run."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM / SIGHUP, handled like Ctrl-C."""
 
 
 # --------------------------------------------------------------------------
@@ -757,7 +752,8 @@ def prepare_all(cfg: Config, log: Callable[[str], None]) -> dict[tuple[int, str]
     t0 = time.monotonic()
     tokenizer = None
     if any(not p.parity for p in cfg.points):
-        tokenizer = load_tokenizer(cfg.tokenizer)
+        with deferred():  # the tokenizer imports torch: no signal mid-import
+            tokenizer = load_tokenizer(cfg.tokenizer)
     prepared: dict[tuple[int, str], Prepared] = {}
     for repeat in range(cfg.repeats):
         for spec in cfg.points:
@@ -1732,13 +1728,6 @@ def _skip_rest(state: RunState, reason: str) -> None:
                 _skip(state, spec, repeat, reason)
 
 
-def _install_signal_handlers() -> dict[signal.Signals, Any]:
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        raise Interrupted(f"signal {signal.Signals(signum).name}")
-
-    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
-
-
 def _new_raw(cfg: Config) -> dict[str, Any]:
     command = [cfg.python, "-m", "proxima_bench.serving.matrix", *cfg.argv]
     return {
@@ -1789,7 +1778,7 @@ def run_matrix(cfg: Config, log: Callable[[str], None] | None = None) -> tuple[d
     state.log(f"points {', '.join(p.name for p in cfg.points)} x {cfg.repeats} repeat(s)")
     state.save()
     status = 0
-    previous = _install_signal_handlers()
+    previous = install_handlers()
     try:
         status = _run_all(state)
     except KeyboardInterrupt as e:
@@ -1800,8 +1789,7 @@ def run_matrix(cfg: Config, log: Callable[[str], None] | None = None) -> tuple[d
         state.log(f"ERROR: {e}")
     finally:
         _cleanup(state)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        restore_handlers(previous)
         state.save()
     return raw, _report(state, status)
 
