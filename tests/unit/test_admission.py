@@ -153,6 +153,7 @@ def test_candidate_projection_scalar_matches_the_residents(
 
     class _View:
         max_model_len = 4096
+        lookahead_tokens = 0
 
     policy = ProjectedPeakPolicy(_View(), learn=learn, chunk_tokens=512)  # type: ignore[arg-type]
     for used in range(10, 200, 10):

@@ -83,9 +83,10 @@ def _bounded_peak(
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Requests sorted by remaining steps, with their suffix tables, for placing one
-    more request at a time: admission sorts the residents once a step and places each
-    candidate by bisection (~16 us at 200 residents, against ~41 us for sorting and
-    tabling all of them again).
+    more request at a time: admission sorts the residents when it reads them and
+    places each candidate by bisection (~16 us at 200 residents, against ~41 us for
+    sorting and tabling all of them again); admissions join it (:meth:`insert`) and
+    departures leave it (:meth:`remove`) without a sort.
 
     ``projected_peak`` sorts stably, the last request last among equal steps, so a
     request placed here sits at ``p = searchsorted(r, r_c, "right")``; at combined
@@ -95,11 +96,24 @@ class Placement:
     of equal steps the first position's demand holds the whole group and is the
     largest (every term is >= 0), so the maximum is the cut arrays' own.
 
+    A placement read ``d`` steps ago still speaks for its requests: one that held
+    ``c`` tokens with ``r`` steps to go then holds ``c + d`` with ``r - d`` now, so
+    ``k`` steps from now is ``d + k`` from then. :meth:`peak` with ``start=d``
+    evaluates the breakpoints at or after ``d`` and everyone at ``d`` itself (the
+    requests that outlived their projected ``r`` count at their size now); a request
+    placed now is given in the placement's steps (``c - d`` tokens, ``r + d`` steps).
+
+    :meth:`remove` takes a request out of the tables but leaves its step in ``r``:
+    it subtracts from every row up to the last of its equal steps. The demand at any
+    row is a real step's demand or, inside a group of equal steps, at most the first
+    row's (which is exact), so the maximum stays exact.
+
     Attributes:
         held, remaining, fixed: the requests' arrays as given (for huge pages).
-        r: remaining steps, sorted (stable).
+        r: remaining steps, sorted (stable); removed requests' steps stay.
         q_suffix: whole pages below each one's last partial page, suffix-summed
             (length ``n + 1``).
+        alive: requests at or after each row, suffix-counted (removed ones out).
         at_least: ``at_least[i, t]``: requests ``>= i`` (sorted) whose last page
             holds ``>= t`` tokens of ``B`` (residue); ``None`` for huge pages.
         w_suffix: each named ``fixed`` array (pages held besides), sorted and
@@ -113,6 +127,7 @@ class Placement:
     groups: int
     r: np.ndarray
     q_suffix: np.ndarray
+    alive: np.ndarray
     at_least: np.ndarray | None
     w_suffix: dict[str, np.ndarray]
 
@@ -132,6 +147,7 @@ class Placement:
         q, m = np.divmod(held[order].astype(np.int64) + page_size - 1, page_size)
         q_suffix = np.zeros(n + 1, dtype=np.int64)
         q_suffix[:n] = np.cumsum(q[::-1])[::-1]
+        alive = np.arange(n, -1, -1, dtype=np.int64)
         at_least = None
         if (n + 1) * (page_size + 1) <= MAX_RESIDUE_TABLE:
             counts = np.zeros((n + 1, page_size + 1), dtype=np.int32)
@@ -143,34 +159,140 @@ class Placement:
             suffix = np.zeros(n + 1, dtype=np.int64)
             suffix[:n] = np.cumsum(w[order].astype(np.int64)[::-1])[::-1]
             w_suffix[name] = suffix
-        return cls(held, remaining, dict(fixed), page_size, groups, r, q_suffix, at_least, w_suffix)
+        return cls(
+            held, remaining, dict(fixed), page_size, groups, r, q_suffix, alive, at_least, w_suffix
+        )
+
+    def _check_fixed(self, fixed: dict[str, int]) -> None:
+        if fixed.keys() != self.fixed.keys():
+            raise ValueError(f"fixed pages {sorted(fixed)} for arrays {sorted(self.fixed)}")
+
+    def insert(self, held: int, remaining: int, fixed: dict[str, int] | None = None) -> Placement:
+        """These requests and one more (``held`` tokens, ``remaining`` steps, ``fixed``
+        pages per named array): :meth:`of` of the arrays with it appended, built from
+        these tables in O(n B) copies instead of a sort and the suffix sums (an
+        admission joins the residents, and the next candidate is placed among them)."""
+        fixed = fixed or {}
+        self._check_fixed(fixed)
+        size = self.page_size
+        held_all = np.append(self.held, held)
+        remaining_all = np.append(self.remaining, remaining)
+        fixed_all = {k: np.append(v, fixed[k]) for k, v in self.fixed.items()}
+        if self.at_least is not None and (self.r.size + 2) * (size + 1) > MAX_RESIDUE_TABLE:
+            # Grown past the table: bound from here on, as of() would (removed
+            # requests are not in the arrays: see remove()).
+            return Placement.of(held_all, remaining_all, size, self.groups, fixed_all)
+        p = int(np.searchsorted(self.r, remaining, side="right"))  # as peak() places it
+        qc, mc = divmod(held + size - 1, size)
+        at_least = None
+        if self.at_least is not None:
+            residue = (mc >= np.arange(size + 1)).astype(self.at_least.dtype)
+            at_least = np.concatenate((self.at_least[: p + 1] + residue, self.at_least[p:]))
+        return Placement(
+            held_all,
+            remaining_all,
+            fixed_all,
+            size,
+            self.groups,
+            np.insert(self.r, p, remaining),
+            np.concatenate((self.q_suffix[: p + 1] + qc, self.q_suffix[p:])),
+            np.concatenate((self.alive[: p + 1] + 1, self.alive[p:])),
+            at_least,
+            {k: np.concatenate((v[: p + 1] + fixed[k], v[p:])) for k, v in self.w_suffix.items()},
+        )
+
+    def remove(self, held: int, remaining: int, fixed: dict[str, int] | None = None) -> Placement:
+        """These requests less one of them (given as it was placed: ``held`` tokens,
+        ``remaining`` steps, ``fixed`` pages).
+
+        Raises:
+            ValueError: no request of these has ``remaining`` steps.
+        """
+        fixed = fixed or {}
+        self._check_fixed(fixed)
+        match = np.flatnonzero((self.remaining == remaining) & (self.held == held))
+        for k, v in self.fixed.items():
+            match = match[v[match] == fixed[k]]
+        if not match.size:
+            raise ValueError(f"no request of {held} tokens and {remaining} steps to remove")
+        keep = np.ones(self.held.size, dtype=bool)
+        keep[match[0]] = False
+        held_all, remaining_all = self.held[keep], self.remaining[keep]
+        fixed_all = {k: v[keep] for k, v in self.fixed.items()}
+        if self.at_least is None:
+            return Placement.of(held_all, remaining_all, self.page_size, self.groups, fixed_all)
+        size = self.page_size
+        last = int(np.searchsorted(self.r, remaining, side="right"))  # rows 0..last-1
+        qc, mc = divmod(held + size - 1, size)
+        residue = (mc >= np.arange(size + 1)).astype(self.at_least.dtype)
+        at_least = self.at_least.copy()
+        at_least[:last] -= residue
+        q_suffix, alive = self.q_suffix.copy(), self.alive.copy()
+        q_suffix[:last] -= qc
+        alive[:last] -= 1
+        w_suffix = {}
+        for k, v in self.w_suffix.items():
+            w_suffix[k] = v.copy()
+            w_suffix[k][:last] -= fixed[k]
+        return Placement(
+            held_all,
+            remaining_all,
+            fixed_all,
+            size,
+            self.groups,
+            self.r,
+            q_suffix,
+            alive,
+            at_least,
+            w_suffix,
+        )
 
     def peak(
-        self, held: int, remaining: int, w: int = 0, fixed: str | None = None, cut: int = -1
+        self,
+        held: int,
+        remaining: int,
+        w: int = 0,
+        fixed: str | None = None,
+        cut: int = -1,
+        start: int = 0,
     ) -> int:
         """:func:`projected_peak` of these requests and one more holding ``held``
         tokens with ``remaining`` steps to go and ``w`` fixed pages (beside the
         prepared ``fixed`` array of that name), every remaining step cut at ``cut``
-        when ``cut >= 0``."""
+        when ``cut >= 0``, from step ``start`` of the placement on (see the class)."""
         size, groups, r = self.page_size, self.groups, self.r
         if self.at_least is None:
-            rem = np.append(self.remaining, remaining)
+            rem = np.append(self.remaining, remaining) - start
             extra = None if fixed is None else np.append(self.fixed[fixed], w)
-            cut_rem = np.minimum(rem, cut) if cut >= 0 else rem
-            return _bounded_peak(np.append(self.held, held), cut_rem, size, groups, extra)
+            if cut >= 0:
+                rem = np.minimum(rem, cut - start)
+            now = np.append(self.held, held) + start
+            return _bounded_peak(now, np.maximum(rem, 0), size, groups, extra)
         n = r.size
         p = int(np.searchsorted(r, remaining, side="right"))
         k = np.concatenate((r[:p], np.array([remaining], dtype=np.int64), r[p:]))
         if cut >= 0:
             k = np.minimum(k, cut)
+        # Rows before ``start`` need no cut: each of their terms is at most its term at
+        # ``start``, and ``total`` (below) holds everyone at ``start``.
         j = np.arange(n + 1)
         with_c = j <= p
         i = np.where(with_c, j, j - 1)
         qc, mc = divmod(held + size - 1, size)
         big_q, big_r = np.divmod(k, size)  # k = B Q + R: each term q + Q + [m >= B - R]
         carry = self.at_least[i, size - big_r] + (with_c & (mc >= size - big_r))
-        demand = groups * (self.q_suffix[i] + qc * with_c + big_q * (n + 1 - j) + carry)
-        total = groups * (int(self.q_suffix[0]) + qc)  # k = 0: everyone alive
+        demand = groups * (
+            self.q_suffix[i] + qc * with_c + big_q * (self.alive[i] + with_c) + carry
+        )
+        # k = start: everyone alive (at the placement's step 0: held pages only).
+        s_q, s_r = divmod(start, size)
+        total = groups * (
+            int(self.q_suffix[0])
+            + qc
+            + s_q * (int(self.alive[0]) + 1)
+            + int(self.at_least[0, size - s_r])
+            + int(mc >= size - s_r)
+        )
         if fixed is not None:
             demand = demand + self.w_suffix[fixed][i] + w * with_c
             total += int(self.w_suffix[fixed][0]) + w

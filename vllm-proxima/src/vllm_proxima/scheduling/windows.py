@@ -165,6 +165,13 @@ class Windows:
             return max(steady, placement.peak(held, remaining, high, "high", cut=last - 1))
         return steady
 
+    def insert(self, placement: Placement, held: int, remaining: int) -> Placement:
+        """``placement`` (the residents') with the candidate placed last joining it:
+        call before :meth:`admit`."""
+        assert self._next is not None
+        low, high, _until = self._next
+        return placement.insert(held, remaining, {"low": low, "high": high})
+
     def admit(self) -> None:
         """The candidate placed last is admitted: it joins the residents."""
         self.low, self.high, self.until = self._with_next()
