@@ -28,7 +28,7 @@ the policy reads again first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -87,6 +87,9 @@ class Reading:
             serves one step only.
         placement: the rows sorted (built when first needed).
         stale: a departure left the placement but not the rows.
+        joined: admissions not in the placement yet, as ``Placement.insert``'s
+            arguments: inserted when it is next needed, so a reading that serves one
+            step never pays for them.
     """
 
     residents: Residents
@@ -101,6 +104,7 @@ class Reading:
     index: dict[str, int] | None
     placement: Placement | None = None
     stale: bool = False
+    joined: list[tuple[int, int, dict[str, int] | None]] = field(default_factory=list)
 
     def current(self, step: int) -> bool:
         """Whether the rows are this step's (read now, nobody left since)."""
@@ -124,18 +128,31 @@ class Reading:
             cut = np.minimum(moved.remaining, horizon) if horizon else moved.remaining
             peak = win.peak(moved.held, cut) if win else projected_peak(moved.held, cut, page)
             return peak + moved.shared
+        placement = self._placed()
         if win is not None:  # read this step
-            if self.placement is None:
-                cut = np.minimum(self.remaining, horizon) if horizon else self.remaining
-                self.placement = win.prepare(self.held, cut)
-            return win.placed_peak(self.placement, own, min(rem, horizon) if horizon else rem) + (
+            return win.placed_peak(placement, own, min(rem, horizon) if horizon else rem) + (
                 self.shared
             )
-        if self.placement is None:
-            self.placement = Placement.of(self.held, self.remaining, page)
         d = step - self.step
         cut = d + horizon if horizon else -1  # the horizon from now, in the reading's steps
-        return self.placement.peak(own - d, rem + d, cut=cut, start=d) + self.shared
+        return placement.peak(own - d, rem + d, cut=cut, start=d) + self.shared
+
+    def _placed(self) -> Placement:
+        """The placement of the rows, with the admissions since joined."""
+        placement = self.placement
+        if placement is None:
+            if self.win is not None:
+                horizon = self.horizon
+                cut = np.minimum(self.remaining, horizon) if horizon else self.remaining
+                placement = self.win.prepare(self.held, cut)
+            else:
+                placement = Placement.of(self.held, self.remaining, self.page_size)
+            self.joined.clear()  # the rows have them
+        for held, remaining, fixed in self.joined:
+            placement = placement.insert(held, remaining, fixed)
+        self.joined.clear()
+        self.placement = placement
+        return placement
 
     def join(
         self, request_id: str, own: int, rem: int, step: int, moved: Moved | None = None
@@ -144,15 +161,16 @@ class Reading:
         arguments): it joins the rows and the placement."""
         if moved is not None:
             self.placement = None
+            self.joined.clear()
             self.held, self.remaining, self.shared = moved
         else:
             d = step - self.step
             assert self.placement is not None, "join follows peak"
             if self.win is not None:
                 capped = min(rem, self.horizon) if self.horizon else rem
-                self.placement = self.win.insert(self.placement, own, capped)
+                self.joined.append((own, capped, self.win.placed_fixed()))
             else:
-                self.placement = self.placement.insert(own - d, rem + d)
+                self.joined.append((own - d, rem + d, None))
             self.held = np.append(self.held, own - d)
             self.remaining = np.append(self.remaining, rem + d)
         if self.index is not None:
@@ -168,6 +186,6 @@ class Reading:
             return True  # not in the reading: nothing counted
         if self.placement is None:
             return False
-        self.placement = self.placement.remove(int(self.held[i]), int(self.remaining[i]))
+        self.placement = self._placed().remove(int(self.held[i]), int(self.remaining[i]))
         self.stale = True
         return True

@@ -165,12 +165,12 @@ class Windows:
             return max(steady, placement.peak(held, remaining, high, "high", cut=last - 1))
         return steady
 
-    def insert(self, placement: Placement, held: int, remaining: int) -> Placement:
-        """``placement`` (the residents') with the candidate placed last joining it:
-        call before :meth:`admit`."""
+    def placed_fixed(self) -> dict[str, int]:
+        """The candidate placed last's window pages, as :meth:`prepare`'s placement
+        names them (for ``Placement.insert``): call before :meth:`admit`."""
         assert self._next is not None
         low, high, _until = self._next
-        return placement.insert(held, remaining, {"low": low, "high": high})
+        return {"low": low, "high": high}
 
     def admit(self) -> None:
         """The candidate placed last is admitted: it joins the residents."""
