@@ -91,3 +91,13 @@ def test_row_index() -> None:
             self.request_id = rid
 
     assert row_index([R("a"), R("b")]) == {"a": 0, "b": 1}  # type: ignore[list-item]
+
+
+def test_rows_that_disagree_with_the_placement_read_again(caplog: pytest.LogCaptureFixture) -> None:
+    kept = reading([40, 80], [10, 30], step=7, page=16)
+    kept.peak(10, 5, 7)
+    kept.held = kept.held.copy()
+    kept.held[1] = 81  # not what the placement holds
+    with caplog.at_level("WARNING", logger="vllm.proxima"):
+        assert not kept.leave("r1")  # the policy drops the reading instead of crashing
+    assert "reads the residents again" in caplog.text

@@ -28,6 +28,7 @@ the policy reads again first.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 
     from vllm_proxima.kv.residency import Residents
     from vllm_proxima.scheduling.windows import Windows
+
+logger = logging.getLogger("vllm.proxima")
 
 _FIELDS = tuple(
     attrgetter(name)
@@ -186,6 +189,10 @@ class Reading:
             return True  # not in the reading: nothing counted
         if self.placement is None:
             return False
-        self.placement = self._placed().remove(int(self.held[i]), int(self.remaining[i]))
+        try:
+            self.placement = self._placed().remove(int(self.held[i]), int(self.remaining[i]))
+        except ValueError as e:  # rows and placement disagree (a bug): read again, not crash
+            logger.warning("proxima: admission reads the residents again: %s", e)
+            return False
         self.stale = True
         return True
