@@ -9,7 +9,7 @@ B)) in pages of ``B`` tokens).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -183,23 +183,43 @@ class Placement:
             # requests are not in the arrays: see remove()).
             return Placement.of(held_all, remaining_all, size, self.groups, fixed_all)
         p = int(np.searchsorted(self.r, remaining, side="right"))  # as peak() places it
+        q_suffix, alive, at_least, w_suffix = self._counted(p + 1, held, fixed, 1)
+
+        def splice(added: np.ndarray, old: np.ndarray) -> np.ndarray:  # rows 0..p, then a copy
+            return np.concatenate((added[: p + 1], old[p:]))
+
+        return replace(
+            self,
+            held=held_all,
+            remaining=remaining_all,
+            fixed=fixed_all,
+            r=np.concatenate((self.r[:p], np.array([remaining], dtype=np.int64), self.r[p:])),
+            q_suffix=splice(q_suffix, self.q_suffix),
+            alive=splice(alive, self.alive),
+            at_least=None
+            if at_least is None or self.at_least is None
+            else splice(at_least, self.at_least),
+            w_suffix={k: splice(v, self.w_suffix[k]) for k, v in w_suffix.items()},
+        )
+
+    def _counted(
+        self, rows: int, held: int, fixed: dict[str, int], sign: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
+        """The suffix tables with one request (``held`` tokens, ``fixed`` pages) added
+        (``sign`` 1) to or taken from (-1) their rows ``0..rows-1`` (copies)."""
+        size = self.page_size
         qc, mc = divmod(held + size - 1, size)
+
+        def count(table: np.ndarray, x: int | np.ndarray) -> np.ndarray:
+            out = table.copy()
+            out[:rows] += sign * x
+            return out
+
         at_least = None
         if self.at_least is not None:
-            residue = (mc >= np.arange(size + 1)).astype(self.at_least.dtype)
-            at_least = np.concatenate((self.at_least[: p + 1] + residue, self.at_least[p:]))
-        return Placement(
-            held_all,
-            remaining_all,
-            fixed_all,
-            size,
-            self.groups,
-            np.insert(self.r, p, remaining),
-            np.concatenate((self.q_suffix[: p + 1] + qc, self.q_suffix[p:])),
-            np.concatenate((self.alive[: p + 1] + 1, self.alive[p:])),
-            at_least,
-            {k: np.concatenate((v[: p + 1] + fixed[k], v[p:])) for k, v in self.w_suffix.items()},
-        )
+            at_least = count(self.at_least, (mc >= np.arange(size + 1)).astype(self.at_least.dtype))
+        w_suffix = {k: count(v, fixed[k]) for k, v in self.w_suffix.items()}
+        return count(self.q_suffix, qc), count(self.alive, 1), at_least, w_suffix
 
     def remove(self, held: int, remaining: int, fixed: dict[str, int] | None = None) -> Placement:
         """These requests less one of them (given as it was placed: ``held`` tokens,
@@ -221,30 +241,17 @@ class Placement:
         fixed_all = {k: v[keep] for k, v in self.fixed.items()}
         if self.at_least is None:
             return Placement.of(held_all, remaining_all, self.page_size, self.groups, fixed_all)
-        size = self.page_size
         last = int(np.searchsorted(self.r, remaining, side="right"))  # rows 0..last-1
-        qc, mc = divmod(held + size - 1, size)
-        residue = (mc >= np.arange(size + 1)).astype(self.at_least.dtype)
-        at_least = self.at_least.copy()
-        at_least[:last] -= residue
-        q_suffix, alive = self.q_suffix.copy(), self.alive.copy()
-        q_suffix[:last] -= qc
-        alive[:last] -= 1
-        w_suffix = {}
-        for k, v in self.w_suffix.items():
-            w_suffix[k] = v.copy()
-            w_suffix[k][:last] -= fixed[k]
-        return Placement(
-            held_all,
-            remaining_all,
-            fixed_all,
-            size,
-            self.groups,
-            self.r,
-            q_suffix,
-            alive,
-            at_least,
-            w_suffix,
+        q_suffix, alive, at_least, w_suffix = self._counted(last, held, fixed, -1)
+        return replace(
+            self,
+            held=held_all,
+            remaining=remaining_all,
+            fixed=fixed_all,
+            q_suffix=q_suffix,
+            alive=alive,
+            at_least=at_least,
+            w_suffix=w_suffix,
         )
 
     def peak(
