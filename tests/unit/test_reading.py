@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vllm_proxima.kv.residency import Residents
-from vllm_proxima.scheduling.projection import projected_peak
+from vllm_proxima.kv.residency import KVShape, Residents
+from vllm_proxima.scheduling.projection import projected_peak, windowed_peak
 from vllm_proxima.scheduling.reading import Reading, row_index
+from vllm_proxima.scheduling.windows import Windows
 
 
 def reading(held: list[int], rem: list[int], step: int, page: int, horizon: int = 0) -> Reading:
@@ -101,3 +102,69 @@ def test_rows_that_disagree_with_the_placement_read_again(caplog: pytest.LogCapt
     with caplog.at_level("WARNING", logger="vllm.proxima"):
         assert not kept.leave("r1")  # the policy drops the reading instead of crashing
     assert "reads the residents again" in caplog.text
+
+
+def windowed_now(
+    members: dict[str, tuple[int, int, int, int, int]], d: int, shape: KVShape, horizon: int
+) -> int:
+    """``windowed_peak`` of the members (tokens, steps, low, high, until: in the reading's
+    steps) as they are ``d`` steps after the reading (+ S = 5)."""
+    rows = np.array(list(members.values()), dtype=np.int64).reshape(-1, 5)
+    held, rem = rows[:, 0] + d, np.maximum(rows[:, 1] - d, 0)
+    if horizon:
+        rem = np.minimum(rem, horizon)
+    until = np.maximum(rows[:, 4] - d, 0)
+    return windowed_peak(held, rem, shape, rows[:, 2], rows[:, 3], until) + 5
+
+
+@pytest.mark.parametrize("page", [1, 16])
+@pytest.mark.parametrize("horizon", [0, 20])
+def test_a_kept_windowed_reading_projects_the_residents_as_they_are_now(
+    page: int, horizon: int
+) -> None:
+    """Sliding-window groups: each member's prompt window pages (``high``) end at its
+    ``until``, counted from the reading; admissions and departures in between."""
+    rng = np.random.default_rng(7 + page + horizon)
+    shape = KVShape(page, full=2, windows=(64,))
+    for _ in range(60):
+        n = int(rng.integers(1, 15))
+        held, rem = rng.integers(1, 400, n), rng.integers(0, 60, n)
+        kept = reading(held.tolist(), rem.tolist(), 100, page, horizon)
+        win = Windows(shape, 2048, 4096, 0)
+        win.low = rng.integers(0, 6, n)
+        win.high = win.low + rng.integers(0, 4, n) * (rng.random(n) < 0.4)
+        win.until = rng.integers(1, 8, n)
+        late = win.high > win.low
+        win.last_transient = int(win.until[late].max()) if late.any() else 0
+        kept.win = win
+        members = {
+            f"r{i}": (
+                int(held[i]),
+                int(rem[i]),
+                int(win.low[i]),
+                int(win.high[i]),
+                int(win.until[i]),
+            )
+            for i in range(n)
+        }
+        step, joined = 100, 0
+        for _ in range(8):
+            d = step - 100
+            lo = int(rng.integers(0, 6))
+            hi, u = lo + int(rng.integers(0, 3)), int(rng.integers(0, 5))
+            win._next = (lo, hi, u)
+            c, r = int(rng.integers(1, 400)), int(rng.integers(0, 60))
+            want = windowed_now(
+                {**members, "new": (c - d, r + d, lo, hi, u + d)}, d, shape, horizon
+            )
+            assert kept.peak(c, r, step) == want
+            if rng.random() < 0.6:
+                kept.join(f"j{joined}", c, r, step)
+                win.admit(d)
+                members[f"j{joined}"] = (c - d, r + d, lo, hi, u + d)
+                joined += 1
+            step += int(rng.integers(0, 3))
+            if members and rng.random() < 0.5:
+                rid = sorted(members)[int(rng.integers(0, len(members)))]
+                assert kept.leave(rid)
+                del members[rid]

@@ -6,10 +6,8 @@ for 1,000 requests on the H200 baseline). Here a request is admitted only if,
 with it, the *projected peak* slot demand of every resident request fits the
 pool (LightLLM's rule): request ``i`` holding ``c_i`` tokens with ``r_i`` tokens
 still to generate holds ``c_i + k`` slots ``k`` decode steps from now while
-``k <= r_i``, so the demand is a step function whose maximum sits at one of the
-``r_j``. With the requests sorted by ``r``, every breakpoint is one vectorised
-suffix sum: O(n log n) per evaluation, done at most a few times per step and
-only while requests wait.
+``k <= r_i``: a step function whose maximum sits at one of the ``r_j``, one
+vectorised suffix sum over the requests sorted by ``r`` (O(n log n)).
 
 Pages: the KV cache is read through a
 :class:`~vllm_proxima.kv.residency.ResidencyView` in pages of ``B`` tokens
@@ -29,13 +27,11 @@ twice in one step, one copy cached, the other extended); they can let even
 ``conservative`` preempt, rarely (never in the simulations of
 docs/benchmarks/cpu-sim-2026-12-03).
 
-Horizon (``--proxima-horizon``, default 128 decode steps): the peak is taken over
-the next ``H`` steps only (requests alive beyond ``H`` count at their size at ``H``).
-Over the whole future (``0``) nothing admitted is ever preempted, but a burst of long
-outputs keeps most of the pool idle waiting for peaks far ahead: on the scheduler
-simulation of 64 requests with 1,000-2,000 output tokens, 26 % more steps than stock's
-admit-and-preempt. At 128 steps the brief's bursts still see no preemption and the
-long outputs run at stock's step count with half its preemptions.
+Horizon (``--proxima-horizon``, default 128 decode steps): the peak over the next
+``H`` steps only (requests alive beyond ``H`` count at their size at ``H``). Over the
+whole future (``0``) nothing admitted is preempted, but long outputs keep the pool
+idle waiting for peaks far ahead (64 requests of 1,000-2,000 output tokens: 26 % more
+steps than stock's admit-and-preempt in the simulator; at 128, stock's steps).
 
 Policies (``--proxima-admission``):
     stock: upstream's behaviour (admit while slots are free; preempt the newest).
@@ -56,7 +52,7 @@ import numpy as np
 from vllm_proxima.scheduling.lengths import OutputLengthModel
 from vllm_proxima.scheduling.reading import Reading, read_fields, row_index
 from vllm_proxima.scheduling.victim import cheapest_to_recompute
-from vllm_proxima.scheduling.windows import Windows, worst_window_pages
+from vllm_proxima.scheduling.windows import Windows, worst_pages
 
 if TYPE_CHECKING:
     from vllm.v1.request import Request
@@ -67,9 +63,8 @@ if TYPE_CHECKING:
 Decision = Literal["admit", "skip", "stop"]
 
 READ_EVERY_STEPS = 8
-"""Steps one reading of the residents serves (one full-attention group, no drafts, and
-``KEEP_FROM_RESIDENTS`` or more; else one): :mod:`vllm_proxima.scheduling.reading` says
-what it misses meanwhile."""
+"""Steps one reading of the residents serves (no drafts, and ``KEEP_FROM_RESIDENTS`` or
+more; else one): :mod:`vllm_proxima.scheduling.reading` says what it misses meanwhile."""
 KEEP_FROM_RESIDENTS = 128
 """Below this many residents a reading serves one step: the pass is cheap there, and in
 the simulator's tight pool (60 residents) a kept one cost 2 % more steps."""
@@ -180,10 +175,8 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             else None
         )
         self._chunk_steps: np.ndarray | None = None
-        # Windows hold prompt pages for a step or two, and drafts advance several tokens
-        # a step: those shapes are read every step.
-        plain = self._win is None and not view.lookahead_tokens
-        self.read_every = max(1, read_every) if plain else 1
+        # Drafts advance several tokens a step: a kept reading would under-count them.
+        self.read_every = 1 if view.lookahead_tokens else max(1, read_every)
 
     def begin_step(self) -> None:
         self._step += 1
@@ -191,10 +184,18 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         if reading is not None and self._step - reading.step >= reading.lasts:
             self._reading = None
         self._skips = 0
-        if self._win is not None and self._win.transient:
+        if self._transient():
             # A resident's prompt window pages are freed once it is in: the peak can fall
             # without a departure, so what failed may fit this step.
             self._gen += 1
+
+    def _transient(self) -> bool:
+        """Whether a resident still holds its prompt's window pages (so the peak can
+        fall without a departure)."""
+        if self._win is None:
+            return False
+        reading = self._reading
+        return self._win.transient(self._step - reading.step if reading is not None else 0)
 
     def _capacity(self) -> int:
         return int(self.view.capacity() * (1.0 + (self.overcommit if self.learn else 0.0)))
@@ -291,14 +292,17 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         # resident held alone become shared: out of that resident's own, into S. The hit
         # is read from the argument; placing it among the residents needs them read.
         hit = self.view.hit(request, computed_blocks, num_computed_tokens)
-        page = self.view.page_size
+        page, cap = self.view.page_size, self._capacity()
         fulls, low = 1, 0
         if self._win is not None:
             fulls = self._win.shape.full
             low = self._win.candidate(request, num_computed_tokens, self._queued)
-        if self.view.held_pages() + fulls * -(
-            -self.view.own_tokens(request, hit.pinned) // page
-        ) + low > (self._capacity()):
+        if (
+            self.view.held_pages()
+            + fulls * -(-self.view.own_tokens(request, hit.pinned) // page)
+            + low
+            > cap
+        ):
             # Cheap reject: the peak is at least what is held now plus its own pages
             # (a full pool in a burst: no pass over the residents needed; ``hit.pinned``
             # bounds what it shares from above, so its own pages from below).
@@ -313,10 +317,10 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         rem = self._project_one(request, num_computed_tokens, self._queued)
         moved = reading.move(own, rem, moves, fulls) if moves else None
         peak = reading.peak(own, rem, self._step, moved)
-        if peak <= self._capacity() or not running:
+        if peak <= cap or not running:
             reading.join(request.request_id, own, rem, self._step, moved)
             if self._win is not None:
-                self._win.admit()
+                self._win.admit(self._step - reading.step)
             self._queued += max(request.num_tokens - num_computed_tokens, 0)
             self.last_projected_peak = peak
             self._remember(request, worst)
@@ -324,8 +328,8 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         # Between departures every resident only grows, so neither the peak nor its
         # part within a horizon sliding forward can fall: remember by how much it failed
         # (windows: unless a resident still holds its prompt's window pages).
-        if self._win is None or not self._win.transient:
-            self._failed[request.request_id] = (peak - self._capacity(), self._freed)
+        if not self._transient():
+            self._failed[request.request_id] = (peak - cap, self._freed)
         return self._defer(request)
 
     def _defer(self, request: Request) -> Decision:
@@ -342,17 +346,10 @@ class ProjectedPeakPolicy(AdmissionPolicy):
 
     def _worst_pages(self, request: Request) -> int:
         """Pages the request holds at its ``max_tokens`` (or the model length)."""
-        page = self.view.page_size
-        tokens = (
-            min(request.num_prompt_tokens + request.max_tokens, self.view.max_model_len)
-            + self.view.lookahead_tokens
-        )
-        if self._win is not None:
-            # Every page it can hold at once: full groups at its last token, windows
-            # at their prefill bound.
-            shape = self.view.shape
-            return shape.full * -(-tokens // page) + worst_window_pages(shape, tokens)
-        return -(-tokens // page)
+        view = self.view
+        final = min(request.num_prompt_tokens + request.max_tokens, view.max_model_len)
+        shape = view.shape if self._win is not None else None
+        return worst_pages(final + view.lookahead_tokens, view.page_size, shape)
 
     def _remember(self, request: Request, worst: int) -> None:
         """An admission: its worst case joins the fast path's sum."""

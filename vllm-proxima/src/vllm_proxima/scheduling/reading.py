@@ -20,7 +20,11 @@ few steps, see :data:`~vllm_proxima.scheduling.admission.READ_EVERY_STEPS`):
   estimate, which counts at its size now but not beyond (the unsafe side, for a few
   steps);
 - a request that left without a release (none in vLLM 0.26; it would be counted
-  until the next reading: the safe side).
+  until the next reading: the safe side);
+- sliding-window groups: a resident's prompt window pages are charged until the step
+  the reading placed their release at (``until``, in the reading's steps), and the
+  transient part of the peak runs to the last such step of the residents still there;
+  chunks served since could release them sooner (the safe side).
 
 A hit that moves a resident's pages into the shared ones needs this step's rows:
 the policy reads again first.
@@ -84,7 +88,8 @@ class Reading:
         step: the scheduler step it was read at.
         page_size: tokens per page.
         horizon: steps the peak looks ahead (0: the whole future).
-        win: the sliding-window bounds (read every step), or ``None``.
+        win: the sliding-window bounds, rows as ``held``'s, ``until`` in the reading's
+            steps; ``None``: one full-attention group.
         lasts: steps it serves (from ``step`` on).
         index: request id -> row, to leave on departure; ``None`` when the reading
             serves one step only.
@@ -132,12 +137,10 @@ class Reading:
             peak = win.peak(moved.held, cut) if win else projected_peak(moved.held, cut, page)
             return peak + moved.shared
         placement = self._placed()
-        if win is not None:  # read this step
-            return win.placed_peak(placement, own, min(rem, horizon) if horizon else rem) + (
-                self.shared
-            )
         d = step - self.step
         cut = d + horizon if horizon else -1  # the horizon from now, in the reading's steps
+        if win is not None:
+            return win.placed_peak(placement, own - d, rem + d, cut, d) + self.shared
         return placement.peak(own - d, rem + d, cut=cut, start=d) + self.shared
 
     def _placed(self) -> Placement:
@@ -145,9 +148,7 @@ class Reading:
         placement = self.placement
         if placement is None:
             if self.win is not None:
-                horizon = self.horizon
-                cut = np.minimum(self.remaining, horizon) if horizon else self.remaining
-                placement = self.win.prepare(self.held, cut)
+                placement = self.win.prepare(self.held, self.remaining)
             else:
                 placement = Placement.of(self.held, self.remaining, self.page_size)
             self.joined.clear()  # the rows have them
@@ -169,11 +170,8 @@ class Reading:
         else:
             d = step - self.step
             assert self.placement is not None, "join follows peak"
-            if self.win is not None:
-                capped = min(rem, self.horizon) if self.horizon else rem
-                self.joined.append((own, capped, self.win.placed_fixed()))
-            else:
-                self.joined.append((own - d, rem + d, None))
+            fixed = self.win.placed_fixed() if self.win is not None else None
+            self.joined.append((own - d, rem + d, fixed))
             self.held = np.append(self.held, own - d)
             self.remaining = np.append(self.remaining, rem + d)
         if self.index is not None:
@@ -189,10 +187,15 @@ class Reading:
             return True  # not in the reading: nothing counted
         if self.placement is None:
             return False
+        win = self.win
         try:
-            self.placement = self._placed().remove(int(self.held[i]), int(self.remaining[i]))
+            self.placement = self._placed().remove(
+                int(self.held[i]), int(self.remaining[i]), win.fixed_of(i) if win else None
+            )
         except ValueError as e:  # rows and placement disagree (a bug): read again, not crash
             logger.warning("proxima: admission reads the residents again: %s", e)
             return False
+        if win is not None:
+            win.leave(i, self.index.values())
         self.stale = True
         return True

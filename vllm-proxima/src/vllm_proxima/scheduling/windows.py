@@ -12,6 +12,7 @@ step still find them held.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -84,6 +85,15 @@ def worst_window_pages(shape: KVShape, tokens: int) -> int:
     return int(shape.window_pages(tokens + step, max(shape.prefill_step, step)))
 
 
+def worst_pages(tokens: int, page_size: int, shape: KVShape | None) -> int:
+    """Most pages a request reaching ``tokens`` (lookahead included) can hold at once:
+    every full group at its last token, windows (``shape``; ``None``: one full group)
+    at their prefill bound."""
+    if shape is None:
+        return -(-tokens // page_size)
+    return shape.full * -(-tokens // page_size) + worst_window_pages(shape, tokens)
+
+
 class Windows:
     """The window bounds admission holds for one step: the residents', read once, and
     each admitted candidate's appended (:meth:`candidate`, then :meth:`admit`)."""
@@ -101,10 +111,10 @@ class Windows:
         # (``high > low``; 0: none): until then the peak can fall without a departure.
         self.last_transient = 0
 
-    @property
-    def transient(self) -> bool:
-        """Whether some resident still holds its prompt's window pages."""
-        return self.last_transient > 0
+    def transient(self, start: int = 0) -> bool:
+        """Whether some resident still holds its prompt's window pages ``start`` steps
+        after the residents were read."""
+        return self.last_transient > start
 
     def residents(
         self,
@@ -154,15 +164,22 @@ class Windows:
         fixed = {"low": self.low, "high": self.high}
         return Placement.of(held, remaining, self.shape.page_size, self.shape.full, fixed)
 
-    def placed_peak(self, placement: Placement, held: int, remaining: int) -> int:
+    def placed_peak(
+        self, placement: Placement, held: int, remaining: int, cut: int = -1, start: int = 0
+    ) -> int:
         """:meth:`peak` with the candidate placed among the residents prepared in
-        ``placement`` (``held`` tokens, ``remaining`` steps: the candidate's)."""
+        ``placement`` (``held`` tokens, ``remaining`` steps: the candidate's), from step
+        ``start`` of the placement on (the steps since the residents were read: the
+        candidate is given in the placement's steps, its ``until`` counts from now),
+        every remaining step cut at ``cut`` when ``cut >= 0`` (the horizon)."""
         assert self._next is not None
         low, high, until = self._next
-        steady = placement.peak(held, remaining, low, "low")
-        last = max(self.last_transient, until if high > low else 0)
-        if last > 0:  # someone holds its prompt's window pages before step ``last``
-            return max(steady, placement.peak(held, remaining, high, "high", cut=last - 1))
+        steady = placement.peak(held, remaining, low, "low", cut=cut, start=start)
+        last = max(self.last_transient, until + start if high > low else 0)
+        if last - 1 >= start:  # someone holds its prompt's window pages before ``last``
+            early = last - 1 if cut < 0 else min(cut, last - 1)
+            transient = placement.peak(held, remaining, high, "high", cut=early, start=start)
+            return max(steady, transient)
         return steady
 
     def placed_fixed(self) -> dict[str, int]:
@@ -172,9 +189,27 @@ class Windows:
         low, high, _until = self._next
         return {"low": low, "high": high}
 
-    def admit(self) -> None:
-        """The candidate placed last is admitted: it joins the residents."""
+    def admit(self, start: int = 0) -> None:
+        """The candidate placed last is admitted ``start`` steps after the residents
+        were read: it joins them, its ``until`` in their steps."""
+        assert self._next is not None
+        low, high, until = self._next
+        self._next = (low, high, until + start)
         self.low, self.high, self.until = self._with_next()
-        if self.high[-1] > self.low[-1]:
-            self.last_transient = max(self.last_transient, int(self.until[-1]))
+        if high > low:
+            self.last_transient = max(self.last_transient, until + start)
         self._next = None
+
+    def fixed_of(self, row: int) -> dict[str, int]:
+        """Row ``row``'s window pages, as :meth:`prepare`'s placement names them (for
+        ``Placement.remove``)."""
+        return {"low": int(self.low[row]), "high": int(self.high[row])}
+
+    def leave(self, row: int, rows: Iterable[int]) -> None:
+        """Row ``row`` departed, ``rows`` are the rows still resident: the last step of
+        a prompt's window pages is theirs alone again."""
+        if self.high[row] <= self.low[row] or self.until[row] < self.last_transient:
+            return  # not the row that set it
+        live = np.fromiter(rows, dtype=np.int64)
+        late = live[self.high[live] > self.low[live]]
+        self.last_transient = int(self.until[late].max()) if late.size else 0
