@@ -316,7 +316,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         own = self.view.own_tokens(request, pinned)
         rem = self._project_one(request, num_computed_tokens, self._queued)
         moved = reading.move(own, rem, moves, fulls) if moves else None
-        peak = reading.peak(own, rem, self._step, moved)
+        peak = reading.peak(own, rem, self._step, moved, cap)
         if peak <= cap or not running:
             reading.join(request.request_id, own, rem, self._step, moved)
             if self._win is not None:

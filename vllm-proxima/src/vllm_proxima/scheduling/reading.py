@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from vllm_proxima.scheduling.curve import Curve
 from vllm_proxima.scheduling.projection import Placement, projected_peak
 
 if TYPE_CHECKING:
@@ -97,7 +98,9 @@ class Reading:
         stale: a departure left the placement but not the rows.
         joined: admissions not in the placement yet, as ``Placement.insert``'s
             arguments: inserted when it is next needed, so a reading that serves one
-            step never pays for them.
+            step never pays for them (a kept one inserts at once, with its curve).
+        curve: the placement's steady demand per row for this step's start and cut
+            (:mod:`~vllm_proxima.scheduling.curve`), or ``None``.
     """
 
     residents: Residents
@@ -113,6 +116,7 @@ class Reading:
     placement: Placement | None = None
     stale: bool = False
     joined: list[tuple[int, int, dict[str, int] | None]] = field(default_factory=list)
+    curve: Curve | None = None
 
     def current(self, step: int) -> bool:
         """Whether the rows are this step's (read now, nobody left since)."""
@@ -128,9 +132,12 @@ class Reading:
             shared += groups * k
         return Moved(held, np.append(self.remaining, rem), shared)
 
-    def peak(self, own: int, rem: int, step: int, moved: Moved | None = None) -> int:
+    def peak(
+        self, own: int, rem: int, step: int, moved: Moved | None = None, cap: int | None = None
+    ) -> int:
         """The projected peak in pages, ``S`` included, with a candidate holding ``own``
-        tokens and ``rem`` steps to go at ``step`` (``moved``: its hit moved pages)."""
+        tokens and ``rem`` steps to go at ``step`` (``moved``: its hit moved pages);
+        with ``cap``, a part of it over ``cap - S`` is enough (the candidate fails)."""
         horizon, win, page = self.horizon, self.win, self.page_size
         if moved is not None:  # project everyone
             cut = np.minimum(moved.remaining, horizon) if horizon else moved.remaining
@@ -139,9 +146,30 @@ class Reading:
         placement = self._placed()
         d = step - self.step
         cut = d + horizon if horizon else -1  # the horizon from now, in the reading's steps
+        curve = self._curve(placement, cut, d)
         if win is not None:
-            return win.placed_peak(placement, own - d, rem + d, cut, d) + self.shared
-        return placement.peak(own - d, rem + d, cut=cut, start=d) + self.shared
+            left = None if cap is None else cap - self.shared
+            return win.placed_peak(placement, own - d, rem + d, cut, d, curve, left) + self.shared
+        if curve is None:  # huge pages
+            return placement.peak(own - d, rem + d, cut=cut, start=d) + self.shared
+        return curve.peak(own - d, rem + d) + self.shared
+
+    def _curve(self, placement: Placement, cut: int, start: int) -> Curve | None:
+        """The placement's steady curve from ``start`` on, cut at ``cut``: built once a
+        step, then kept in step with admissions and departures."""
+        curve = self.curve
+        if (
+            curve is None
+            or curve.placement is not placement
+            or (curve.cut, curve.start)
+            != (
+                cut,
+                start,
+            )
+        ):
+            curve = Curve.of(placement, "low" if self.win is not None else None, cut, start)
+            self.curve = curve
+        return curve
 
     def _placed(self) -> Placement:
         """The placement of the rows, with the admissions since joined."""
@@ -171,7 +199,17 @@ class Reading:
             d = step - self.step
             assert self.placement is not None, "join follows peak"
             fixed = self.win.placed_fixed() if self.win is not None else None
-            self.joined.append((own - d, rem + d, fixed))
+            curve = self.curve
+            if self.lasts > 1 and curve is not None and curve.placement is self.placement:
+                # Kept for later steps: insert now, the curve with it.
+                placement = self.placement.insert(own - d, rem + d, fixed)
+                w = fixed["low"] if fixed is not None else 0
+                self.curve = None
+                if placement.at_least is not None:
+                    self.curve = curve.insert(placement, own - d, rem + d, w)
+                self.placement = placement
+            else:
+                self.joined.append((own - d, rem + d, fixed))
             self.held = np.append(self.held, own - d)
             self.remaining = np.append(self.remaining, rem + d)
         if self.index is not None:
@@ -188,13 +226,23 @@ class Reading:
         if self.placement is None:
             return False
         win = self.win
+        held, remaining = int(self.held[i]), int(self.remaining[i])
+        fixed = win.fixed_of(i) if win else None
+        placement = self._placed()
         try:
-            self.placement = self._placed().remove(
-                int(self.held[i]), int(self.remaining[i]), win.fixed_of(i) if win else None
-            )
+            self.placement = placement.remove(held, remaining, fixed)
         except ValueError as e:  # rows and placement disagree (a bug): read again, not crash
             logger.warning("proxima: admission reads the residents again: %s", e)
             return False
+        curve = self.curve
+        self.curve = None
+        if (
+            curve is not None
+            and curve.placement is placement
+            and self.placement.at_least is not None
+        ):
+            w = fixed["low"] if fixed is not None else 0
+            self.curve = curve.remove(self.placement, held, remaining, w)
         if win is not None:
             win.leave(i, self.index.values())
         self.stale = True

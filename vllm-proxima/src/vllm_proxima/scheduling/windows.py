@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
     from vllm_proxima.kv.residency import KVShape
+    from vllm_proxima.scheduling.curve import Curve
 
 
 def resident_windows(
@@ -165,17 +166,31 @@ class Windows:
         return Placement.of(held, remaining, self.shape.page_size, self.shape.full, fixed)
 
     def placed_peak(
-        self, placement: Placement, held: int, remaining: int, cut: int = -1, start: int = 0
+        self,
+        placement: Placement,
+        held: int,
+        remaining: int,
+        cut: int = -1,
+        start: int = 0,
+        curve: Curve | None = None,
+        cap: int | None = None,
     ) -> int:
         """:meth:`peak` with the candidate placed among the residents prepared in
         ``placement`` (``held`` tokens, ``remaining`` steps: the candidate's), from step
         ``start`` of the placement on (the steps since the residents were read: the
         candidate is given in the placement's steps, its ``until`` counts from now),
-        every remaining step cut at ``cut`` when ``cut >= 0`` (the horizon)."""
+        every remaining step cut at ``cut`` when ``cut >= 0`` (the horizon); ``curve``:
+        the placement's ``low`` curve for that cut and start; with ``cap``, a steady
+        part over it is returned alone (the transient part can only add)."""
         assert self._next is not None
         low, high, until = self._next
-        steady = placement.peak(held, remaining, low, "low", cut=cut, start=start)
+        if curve is not None:
+            steady = curve.peak(held, remaining, low)
+        else:
+            steady = placement.peak(held, remaining, low, "low", cut=cut, start=start)
         last = max(self.last_transient, until + start if high > low else 0)
+        if cap is not None and steady > cap:
+            return steady
         if last - 1 >= start:  # someone holds its prompt's window pages before ``last``
             early = last - 1 if cut < 0 else min(cut, last - 1)
             transient = placement.peak(held, remaining, high, "high", cut=early, start=start)
