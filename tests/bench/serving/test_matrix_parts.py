@@ -1141,3 +1141,21 @@ def test_requests_scale_lengthens_points_without_changing_lengths(model: Path) -
     assert four.to_dict()["requests_scale"] == 4.0 and four.scale == one.scale == 1.0
     with pytest.raises(mx.MatrixError, match="requests-scale"):
         mx.resolve([*base, "--requests-scale", "0"])
+
+
+def test_proxima_on_runs_the_proxima_servers_with_proxima_on(model: Path) -> None:
+    assert not _pair_cfg(model).proxima_on  # makes the pair's folder
+    sw = model.parent / "sw"
+    cfg = mx.resolve(
+        [
+            "--model", str(model),
+            "--server-args", "--served-model-name m",
+            "--pair", f"sw={sw}",
+            "--proxima-on",
+            "--out", str(model.parent / "out"),
+        ]
+    )  # fmt: skip
+    assert cfg.proxima_on and cfg.to_dict()["proxima_on"] is True
+    assert cfg.server_argv("sw")[:2] == ["--proxima", "on"]
+    assert cfg.server_argv("proxima")[:2] == ["--proxima", "on"]
+    assert cfg.server_argv("sw-stock")[:2] == ["--proxima", "off"]

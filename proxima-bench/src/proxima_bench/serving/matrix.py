@@ -233,6 +233,7 @@ class Config:
     modes: list[str] = field(default_factory=lambda: list(MODES))
     pairs: dict[str, str] = field(default_factory=dict)
     requests_scale: float = 1.0
+    proxima_on: bool = False
 
     def num_requests(self, spec: PointSpec) -> int:
         """Requests per run of ``spec``: scaled by ``--scale`` and ``--requests-scale``."""
@@ -270,8 +271,11 @@ class Config:
         return self.pairs.get(name, self.model)
 
     def server_argv(self, mode: str) -> list[str]:
-        """The server arguments of ``mode`` (stock modes add ``--proxima off``)."""
+        """The server arguments of ``mode`` (stock modes add ``--proxima off``, the
+        others ``--proxima on`` with ``--proxima-on``)."""
         head = ["--proxima", "off"] if self.is_stock(mode) else []
+        if not head and self.proxima_on:
+            head = ["--proxima", "on"]
         return [*head, *self.server_args, *self.mode_args.get(mode, [])]
 
     def to_dict(self) -> dict[str, Any]:
@@ -290,6 +294,7 @@ class Config:
             "repeats": self.repeats,
             "scale": self.scale,
             "requests_scale": self.requests_scale,
+            "proxima_on": self.proxima_on,
             "seed": self.seed,
             "max_total_len": self.max_total_len,
             "vocab_size": self.vocab_size,
@@ -343,6 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=FOLDER",
         help="two more servers on another model folder (same tokenizer): NAME-stock "
         "(--proxima off) and NAME (proxima), compared with each other; repeatable",
+    )
+    p.add_argument(
+        "--proxima-on",
+        action="store_true",
+        help="run the proxima servers with --proxima on (default: --proxima auto, which "
+        "leaves some models, e.g. sliding-window ones, to stock)",
     )
     p.add_argument("--points", default="all", help="comma-separated points in run order (all)")
     p.add_argument("--list-points", action="store_true", help="print the points and exit")
@@ -636,6 +647,7 @@ def resolve(argv: Sequence[str]) -> Config:
         argv=list(argv),
         modes=[*MODES, *extra_modes, *(m for n in pairs for m in (n + PAIR_STOCK, n))],
         pairs=pairs,
+        proxima_on=args.proxima_on,
     )
 
 
