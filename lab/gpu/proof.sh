@@ -19,6 +19,9 @@
 #   aa-qwen           issue 13: an A/A control on the Qwen2.5-7B shape (two stock and two proxima servers)
 #   dropin-8b         issue 16 on the GPU: n-gram speculative decoding on both sides, and a sliding-window
 #                     variant of the shape (alternating sliding/full, window 128) as a --pair; four servers
+#   dropin-on-8b      dropin-8b with the proxima servers forced on (--proxima-on); the sliding-window pair
+#                     alone on a GPU under 120 GB
+#   bursts-gqa        bursts and c32 on the Qwen2.5-7B shape (GQA-4) with the Llama-3-8B shape (GQA-8) as a pair
 #   tp2 | ray         tensor parallelism over 2 GPUs; vLLM's Ray executor
 # Old plan names, cited by docs/benchmarks/*/README.md and older results (tags, file names), still work:
 #   a -> policies-ab   b -> backends-ab   d -> prefix-sysprompt   e -> prefix-chat
@@ -46,6 +49,7 @@ export PYTHONPATH=$PWD/vllm-proxima/src:$PWD/proxima-bench/src:$PYTHONPATH   # t
 LOG=$W/log.txt
 
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
+gpu_mib() { nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | tr -dc 0-9; }
 
 engine() {  # engine NAME CAP ARGS...
   local name=$1 cap=$2; shift 2
@@ -224,6 +228,35 @@ case $PLAN in
     matrix "dropin matrix (+ $shape-sw128)" $shape 0.22 $((4 * 1024**3)) \
       --mode-args "stock=--speculative-config '$NGRAM'" --mode-args "proxima=--speculative-config '$NGRAM'" \
       --pair sw=/tmp/$shape-sw128 --points ${DROPIN_POINTS:-mix-c32,mix-burst} --repeats ${DROPIN_REPEATS:-3}
+    ;;
+  dropin-on-8b)  # issue 16 again, with proxima forced on (--proxima-on: auto leaves sliding-window
+    # models to stock) and the sliding-window reading kept across steps: as dropin-8b (n-gram
+    # spec on stock and proxima, the sliding-window pair beside them, four servers) on a GPU of
+    # >= 120 GB; on a smaller one the sliding-window pair alone (two servers)
+    shape=llama-3-8b
+    shape_model $shape --out /tmp/$shape
+    shape_model $shape --sliding-window 128 --layers alternating --out /tmp/$shape-sw128
+    NGRAM='{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,"prompt_lookup_min":2}'
+    if [ "$(gpu_mib)" -ge 120000 ]; then
+      matrix "dropin matrix, proxima on (+ $shape-sw128)" $shape 0.22 $((4 * 1024**3)) --proxima-on \
+        --mode-args "stock=--speculative-config '$NGRAM'" --mode-args "proxima=--speculative-config '$NGRAM'" \
+        --pair sw=/tmp/$shape-sw128 --points ${DROPIN_POINTS:-mix-burst,mix-c32} --repeats ${DROPIN_REPEATS:-3}
+    else
+      matrix "sliding-window matrix, proxima on" $shape-sw128 0.45 $((4 * 1024**3)) --proxima-on \
+        --points ${DROPIN_POINTS:-mix-burst,mix-c32} --repeats ${DROPIN_REPEATS:-3}
+    fi
+    ;;
+  bursts-gqa)  # issue 13: bursts and c32 on GQA-4 (Qwen2.5-7B shape) and, as a pair, GQA-8 (Llama-3-8B
+    # shape), 4 GiB KV each, stock beside each; a GPU under 120 GB runs the Qwen shape alone
+    shape_model qwen2.5-7b
+    shape_model llama-3-8b
+    if [ "$(gpu_mib)" -ge 120000 ]; then
+      matrix "bursts, GQA-4 (+ GQA-8 pair)" qwen2.5-7b 0.22 $((4 * 1024**3)) --pair gqa8=/tmp/llama-3-8b \
+        --points ${BURST_POINTS:-mix-burst,mix-c32} --repeats ${BURST_REPEATS:-3}
+    else
+      matrix "bursts, GQA-4" qwen2.5-7b 0.45 $((4 * 1024**3)) \
+        --points ${BURST_POINTS:-mix-burst,mix-c32} --repeats ${BURST_REPEATS:-3}
+    fi
     ;;
   aa-qwen)  # issue 13: is a gap below 1.0x within the machine's spread? The Qwen2.5-7B shape (GQA-4),
     # where mix-c32 ran 0.913 and 0.944: stock and proxima, and a second pair of both on the same model
