@@ -204,8 +204,10 @@ def auto_leaves_to_stock(config: ProximaConfig, model_config: Any) -> Conflict |
     sliding/full layers, window 128; docs/benchmarks/h200-dropin-2026-12-04) proxima ran
     0.97-1.03x stock at client concurrency 32 but 0.79-0.995x on a 1,000-request burst
     (five repeats, all below 1.0): the engine is CPU-bound there and proxima's scheduler
-    took ~1.6-2 ms a step more (the window bounds' admission). Lift this once a burst
-    measures at or above stock.
+    took ~1.6-2 ms a step more (the window bounds' admission). With the reading kept
+    across steps and the demand curve, one H100 ran the same shape's burst at 1.006 and
+    1.104x with ``--proxima on`` (docs/benchmarks/h100-bursts-2026-12-05): two repeats on
+    another machine. Lift this once the H200 burst measures at or above stock.
     """
     if not config.enabled or config.token_layout or not _has_sliding_window(model_config):
         return None
