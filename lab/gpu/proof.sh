@@ -19,8 +19,10 @@
 #   aa-qwen           issue 13: an A/A control on the Qwen2.5-7B shape (two stock and two proxima servers)
 #   dropin-8b         issue 16 on the GPU: n-gram speculative decoding on both sides, and a sliding-window
 #                     variant of the shape (alternating sliding/full, window 128) as a --pair; four servers
-#   dropin-on-8b      dropin-8b with the proxima servers forced on (--proxima-on); the sliding-window pair
-#                     alone on a GPU under 120 GB
+#   dropin-on-8b      dropin-8b with the proxima servers forced on (--proxima-on); on a GPU under 120 GB
+#                     the n-gram pair alone (DROPIN_SMALL=sw: the sliding-window pair)
+#   step-profile      a decode step's parts (scheduler, KV manager, input preparation, GPU busy and idle),
+#                     stock and proxima, batch 1/32/128/512, prefix caching on and off
 #   bursts-gqa        bursts and c32 on the Qwen2.5-7B shape (GQA-4) with the Llama-3-8B shape (GQA-8) as a pair
 #   tp2 | ray         tensor parallelism over 2 GPUs; vLLM's Ray executor
 # Old plan names, cited by docs/benchmarks/*/README.md and older results (tags, file names), still work:
@@ -241,8 +243,12 @@ case $PLAN in
       matrix "dropin matrix, proxima on (+ $shape-sw128)" $shape 0.22 $((4 * 1024**3)) --proxima-on \
         --mode-args "stock=--speculative-config '$NGRAM'" --mode-args "proxima=--speculative-config '$NGRAM'" \
         --pair sw=/tmp/$shape-sw128 --points ${DROPIN_POINTS:-mix-burst,mix-c32} --repeats ${DROPIN_REPEATS:-3}
-    else
+    elif [ "${DROPIN_SMALL:-ngram}" = sw ]; then
       matrix "sliding-window matrix, proxima on" $shape-sw128 0.45 $((4 * 1024**3)) --proxima-on \
+        --points ${DROPIN_POINTS:-mix-burst,mix-c32} --repeats ${DROPIN_REPEATS:-3}
+    else  # the n-gram pair alone (the sliding-window pair ran on an H100: h100-bursts-2026-12-05)
+      matrix "n-gram matrix, proxima on" $shape 0.45 $((4 * 1024**3)) --proxima-on \
+        --mode-args "stock=--speculative-config '$NGRAM'" --mode-args "proxima=--speculative-config '$NGRAM'" \
         --points ${DROPIN_POINTS:-mix-burst,mix-c32} --repeats ${DROPIN_REPEATS:-3}
     fi
     ;;
@@ -257,6 +263,28 @@ case $PLAN in
       matrix "bursts, GQA-4" qwen2.5-7b 0.45 $((4 * 1024**3)) \
         --points ${BURST_POINTS:-mix-burst,mix-c32} --repeats ${BURST_REPEATS:-3}
     fi
+    ;;
+  step-profile)  # issue 13, item 2: a decode step's parts, stock and proxima engines one after the other
+    # (one process each, the engine core in-process), batch 1/32/128/512 at max_num_seqs 512, prefix
+    # caching on (vLLM's default) and off; the Llama-3-8B shape (GQA-8), 20 GiB of KV
+    shape=${PROFILE_SHAPE:-llama-3-8b}
+    shape_model $shape
+    for pc in ${PROFILE_CACHING:-on off}; do
+      for m in stock proxima; do
+        l=$(left)
+        if [ "$l" -lt 100 ]; then echo "SKIPPED $m caching $pc: ${l}s left" | tee -a "$LOG"; continue; fi
+        echo "=== step profile $m, prefix caching $pc (cap $((l - 10))s)" | tee -a "$LOG"
+        timeout -k 5 $((l - 10)) python3 -m proxima_bench.engine.step_profile --mode $m --model /tmp/$shape \
+          --prefix-caching $pc --kv-bytes $((20 * 1024**3)) --batches ${PROFILE_BATCHES:-1,32,128,512} \
+          --tag $shape --out "$W/step-profile.jsonl" > "$W/profile-$m-$pc.log" 2>&1
+        echo "=== rc=$?" | tee -a "$LOG"
+        grep -E "^(ENGINE|RESULT|SKIPPED)" "$W/profile-$m-$pc.log" | cut -c1-700
+        grep -q "^RESULT" "$W/profile-$m-$pc.log" || tail -20 "$W/profile-$m-$pc.log" | cut -c1-300
+      done
+    done
+    cp "$W/step-profile.jsonl" "$OUTD/step-profile.jsonl" 2>/dev/null
+    python3 -m proxima_bench.engine.step_profile report "$W/step-profile.jsonl" > "$OUTD/step-profile.md" 2>&1
+    cat "$OUTD/step-profile.md"
     ;;
   aa-qwen)  # issue 13: is a gap below 1.0x within the machine's spread? The Qwen2.5-7B shape (GQA-4),
     # where mix-c32 ran 0.913 and 0.944: stock and proxima, and a second pair of both on the same model

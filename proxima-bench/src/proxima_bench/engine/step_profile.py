@@ -1,0 +1,305 @@
+"""Per-step profile of a decode step: stock and proxima, batch by batch (issue 13, item 2).
+
+One process per engine (``--mode stock | proxima``), the engine core in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so its parts can be timed, vLLM's defaults
+otherwise (async scheduling, CUDA graphs). For each batch size ``B`` of ``--batches``
+the profile submits ``B`` requests at once (distinct random token-id prompts of
+``--prompt-len``, ``--output-len`` tokens each, ignore_eos), steps the engine until
+they finish, and keeps the steady decode: the model steps that ran exactly ``B``
+requests of one token each. Over that window it reports, per model step:
+
+- ``step_ms``: wall time (window length / model steps): what the server's decode rate sees;
+- CPU on the engine-core thread: ``schedule_ms`` (``Scheduler.schedule``, of which
+  ``kv_alloc_ms`` is the KV manager's ``allocate_slots``), ``update_ms``
+  (``Scheduler.update_from_output``), ``execute_ms`` (the model runner's
+  ``execute_model``: input preparation and kernel launches, of which ``prepare_ms``
+  is ``prepare_inputs``), ``sample_ms`` (``sample_tokens``);
+- GPU (CUDA events, none on CPU): ``gpu_ms`` from ``execute_model``'s entry to
+  ``sample_tokens``' exit on the model's stream, ``gpu_idle_ms`` = ``step_ms - gpu_ms``
+  (time the GPU waited for the host between steps) and ``fits``: whether the
+  host work of a step hides under the GPU's (``gpu_idle_ms`` under 5 % of a step).
+
+With async scheduling the host prepares step ``n + 1`` while the GPU runs step ``n``,
+so host time that fits under ``gpu_ms`` costs nothing; ``gpu_idle_ms`` is what does
+not fit. One JSON line per batch size goes to ``--out``.
+
+NOTE: the timers wrap private methods of the engine core's scheduler, KV manager and
+model runner (``# private:``); they only time, never change, what those do. The
+same wrappers run on stock and proxima.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+PARTS = ("schedule", "kv_alloc", "update", "execute", "prepare", "sample")
+
+
+@dataclass(slots=True)
+class Recorder:
+    """Host timings of the wrapped calls and CUDA events per model step."""
+
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
+    # per model step: (host time at execute_model entry, scheduled requests, scheduled
+    # tokens, start event, end event); events are None without CUDA
+    steps: list[list[Any]] = field(default_factory=list)
+    cuda: bool = False
+
+    def wrap(self, obj: Any, name: str, part: str) -> bool:
+        """Time ``obj.name`` under ``part``; False where the object has no such method."""
+        original = getattr(obj, name, None)
+        if original is None:
+            return False
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            result = original(*args, **kwargs)
+            self.spans.append((part, t, time.perf_counter()))
+            return result
+
+        setattr(obj, name, timed)
+        return True
+
+    def event(self) -> Any:
+        if not self.cuda:
+            return None
+        import torch
+
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+
+def instrument(core: Any, rec: Recorder) -> dict[str, bool]:
+    """Wrap the engine core's scheduler, KV manager and model runner (one process)."""
+    sched = core.scheduler
+    runner = core.model_executor.driver_worker.worker.model_runner  # private: uniproc executor
+    wrapped = {
+        "schedule": rec.wrap(sched, "schedule", "schedule"),
+        "update": rec.wrap(sched, "update_from_output", "update"),
+        "kv_alloc": rec.wrap(sched.kv_cache_manager, "allocate_slots", "kv_alloc"),
+        # Model Runner V2 (GPU default for Llama-like models) and V1 (CPU, others)
+        "prepare": rec.wrap(runner, "prepare_inputs", "prepare")
+        or rec.wrap(runner, "_prepare_inputs", "prepare"),
+    }
+    original_execute = runner.execute_model
+    original_sample = runner.sample_tokens
+
+    def execute_model(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        start = rec.event()
+        result = original_execute(scheduler_output, *args, **kwargs)
+        rec.spans.append(("execute", t, time.perf_counter()))
+        counts = scheduler_output.num_scheduled_tokens
+        rec.steps.append([t, len(counts), scheduler_output.total_num_scheduled_tokens, start, None])
+        return result
+
+    def sample_tokens(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        result = original_sample(*args, **kwargs)
+        if rec.steps and rec.steps[-1][4] is None:
+            rec.steps[-1][4] = rec.event()
+        rec.spans.append(("sample", t, time.perf_counter()))
+        return result
+
+    runner.execute_model = execute_model
+    runner.sample_tokens = sample_tokens
+    wrapped.update(execute=True, sample=True)
+    return wrapped
+
+
+def window(steps: list[list[Any]], batch: int) -> tuple[int, int] | None:
+    """The longest run of consecutive model steps of ``batch`` requests, one token each."""
+    best: tuple[int, int] | None = None
+    i = 0
+    while i < len(steps):
+        if steps[i][1] == batch and steps[i][2] == batch:
+            j = i
+            while j + 1 < len(steps) and steps[j + 1][1] == batch and steps[j + 1][2] == batch:
+                j += 1
+            if best is None or j - i > best[1] - best[0]:
+                best = (i, j)
+            i = j + 1
+        else:
+            i += 1
+    return best
+
+
+def summarize(rec: Recorder, batch: int, trim: int = 2) -> dict[str, Any] | None:
+    """Per-step figures over the steady decode at ``batch`` (first/last ``trim`` steps dropped)."""
+    span = window(rec.steps, batch)
+    if span is None or span[1] - span[0] < 2 * trim + 2:
+        return None
+    lo, hi = span[0] + trim, span[1] - trim
+    t0, t1 = rec.steps[lo][0], rec.steps[hi][0]
+    n = hi - lo  # model steps between the first and the last measured step's start
+    row: dict[str, Any] = {"batch": batch, "steps": n, "step_ms": round((t1 - t0) / n * 1e3, 4)}
+    for part in PARTS:
+        total = sum(e - s for p, s, e in rec.spans if p == part and t0 <= s < t1)
+        row[f"{part}_ms"] = round(total / n * 1e3, 4)
+    host = row["schedule_ms"] + row["update_ms"] + row["execute_ms"] + row["sample_ms"]
+    row["host_ms"] = round(host, 4)
+    if rec.cuda:
+        import torch
+
+        torch.cuda.synchronize()
+        gpu = [s[3].elapsed_time(s[4]) for s in rec.steps[lo:hi] if s[3] is not None and s[4]]
+        row["gpu_ms"] = round(sum(gpu) / len(gpu), 4)
+        row["gpu_idle_ms"] = round(row["step_ms"] - row["gpu_ms"], 4)
+        row["fits"] = row["gpu_idle_ms"] < 0.05 * row["step_ms"]
+    return row
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", required=True, choices=["stock", "proxima"])
+    p.add_argument("--model", required=True)
+    p.add_argument("--batches", default="1,32,128,512")
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=96)
+    p.add_argument("--max-num-seqs", type=int, default=512)
+    p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--kv-bytes", type=int, default=16 * 1024**3)
+    p.add_argument("--prefix-caching", choices=["on", "off"], default="on")
+    p.add_argument("--vocab", type=int, default=32000, help="prompt token ids are drawn below this")
+    p.add_argument("--load-format", default="dummy")
+    p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="JSON lines, appended")
+    p.add_argument("--tag", default="")
+    return p.parse_args(argv)
+
+
+def build(a: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    import torch
+    import vllm
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    kw: dict[str, Any] = dict(
+        model=a.model,
+        skip_tokenizer_init=True,
+        load_format=a.load_format,
+        dtype="bfloat16",
+        max_model_len=a.max_model_len,
+        max_num_seqs=a.max_num_seqs,
+        enable_prefix_caching=a.prefix_caching == "on",
+        kv_cache_memory_bytes=a.kv_bytes,
+        seed=a.seed,
+        enforce_eager=a.enforce_eager,
+        additional_config={"proxima": {"mode": "on" if a.mode == "proxima" else "off"}},
+    )
+    t = time.perf_counter()
+    engine = LLMEngine.from_engine_args(EngineArgs(**kw))
+    cfg = engine.vllm_config
+    info = {
+        "init_s": round(time.perf_counter() - t, 2),
+        "vllm": vllm.__version__,
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "block_size": cfg.cache_config.block_size,
+        "async_scheduling": cfg.scheduler_config.async_scheduling,
+        "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
+        "cudagraph_mode": str(cfg.compilation_config.cudagraph_mode),
+        "model_runner": "v2" if getattr(cfg, "use_v2_model_runner", False) else "v1",
+    }
+    return engine, info
+
+
+def run_batch(engine: Any, a: argparse.Namespace, batch: int, rng: random.Random, tag: str) -> None:
+    from vllm import SamplingParams
+
+    params = SamplingParams(
+        temperature=0.0, max_tokens=a.output_len, ignore_eos=True, detokenize=False
+    )
+    for i in range(batch):
+        prompt = [rng.randrange(1, a.vocab) for _ in range(a.prompt_len)]
+        engine.add_request(f"{tag}-{i}", {"prompt_token_ids": prompt}, params)
+    while engine.has_unfinished_requests():
+        engine.step()
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    """A markdown table: stock and proxima side by side per prefix-caching setting and batch."""
+    cols = ["step_ms", "gpu_ms", "gpu_idle_ms", "schedule_ms", "kv_alloc_ms", "update_ms",
+            "execute_ms", "prepare_ms", "sample_ms"]  # fmt: skip
+    keyed = {(r["prefix_caching"], r["batch"], r["mode"]): r for r in rows}
+    lines = [
+        "| prefix caching | batch | mode | "
+        + " | ".join(c.removesuffix("_ms") for c in cols)
+        + " | host work hidden | proxima / stock step |",
+        "|---|---:|---|" + "---:|" * len(cols) + "---|---:|",
+    ]
+    for pc, batch in sorted({(k[0], k[1]) for k in keyed}, key=lambda k: (k[0] != "off", k[1])):
+        stock = keyed.get((pc, batch, "stock"))
+        for mode in ("stock", "proxima"):
+            r = keyed.get((pc, batch, mode))
+            if r is None:
+                continue
+            cells = [f"{r[c]:.3f}" if isinstance(r.get(c), float | int) else "–" for c in cols]
+            fits = "–" if r.get("fits") is None else ("yes" if r["fits"] else "**no**")
+            ratio = f"{r['step_ms'] / stock['step_ms']:.3f}" if mode == "proxima" and stock else ""
+            row = " | ".join([pc, str(batch), mode, *cells, fits, ratio])
+            lines.append(f"| {row} |")
+    return "\n".join(lines) + "\n\nAll figures are ms per model step over the steady decode.\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["report"]:
+        rows = [json.loads(x) for f in argv[1:] for x in Path(f).read_text().splitlines() if x]
+        print(report(rows), end="")
+        return
+    a = parse(argv)
+    import torch
+
+    engine, info = build(a)
+    core = engine.engine_core.engine_core  # private: the in-process engine core
+    rec = Recorder(cuda=torch.cuda.is_available())
+    info["wrapped"] = instrument(core, rec)
+    info["scheduler_cls"] = type(core.scheduler).__name__
+    print("ENGINE", json.dumps(info), flush=True)
+    rng = random.Random(a.seed)
+    run_batch(engine, a, min(8, a.max_num_seqs), rng, "warm")  # not measured
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for batch in [int(b) for b in a.batches.split(",") if b]:
+        if batch > a.max_num_seqs:
+            print(f"SKIPPED batch {batch}: over --max-num-seqs {a.max_num_seqs}", flush=True)
+            continue
+        rec.spans.clear()
+        rec.steps.clear()
+        t = time.perf_counter()
+        run_batch(engine, a, batch, rng, f"b{batch}")
+        row = summarize(rec, batch)
+        if row is None:
+            print(f"SKIPPED batch {batch}: no steady decode window", flush=True)
+            continue
+        row.update(
+            mode=a.mode,
+            prefix_caching=a.prefix_caching,
+            prompt_len=a.prompt_len,
+            output_len=a.output_len,
+            max_num_seqs=a.max_num_seqs,
+            run_s=round(time.perf_counter() - t, 2),
+            tag=a.tag,
+            engine=info,
+        )
+        with out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print("RESULT", json.dumps({k: v for k, v in row.items() if k != "engine"}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

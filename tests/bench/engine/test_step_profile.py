@@ -1,0 +1,85 @@
+"""The per-step profile (proxima_bench.engine.step_profile): its window and sums on
+synthetic steps, then stock and proxima engines on the tiny model (CPU: no GPU events)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxima_bench.engine.step_profile import Recorder, report, summarize, window
+from tests.engine.utils import MODEL
+
+
+def steps(shape: list[tuple[int, int]], dt: float = 0.01) -> list[list[object]]:
+    """Model steps ``dt`` apart with (requests, tokens) each, no CUDA events."""
+    return [[i * dt, r, t, None, None] for i, (r, t) in enumerate(shape)]
+
+
+def test_the_window_is_the_longest_run_of_pure_decode_at_the_batch() -> None:
+    shape = [(4, 400), (4, 4), (4, 4), (3, 3), (4, 4), (4, 4), (4, 4), (4, 5), (4, 4)]
+    assert window(steps(shape), 4) == (4, 6)
+    assert window(steps(shape), 3) == (3, 3)
+    assert window(steps(shape), 8) is None
+
+
+def test_summarize_divides_each_part_by_the_model_steps_of_the_window() -> None:
+    rec = Recorder()
+    rec.steps = steps([(2, 200)] + [(2, 2)] * 12, dt=0.010)
+    # one 1 ms schedule and one 0.5 ms kv_alloc per step, 2 ms of execute
+    for i in range(13):
+        t = i * 0.010
+        rec.spans += [("schedule", t - 0.002, t - 0.001), ("kv_alloc", t - 0.002, t - 0.0015)]
+        rec.spans += [("execute", t, t + 0.002)]
+    row = summarize(rec, 2, trim=2)
+    assert row is not None
+    # window steps 1..12, trimmed to 3..10: 7 model steps of 10 ms
+    assert row["steps"] == 7
+    assert row["step_ms"] == pytest.approx(10.0)
+    assert row["execute_ms"] == pytest.approx(2.0)
+    # schedule spans start 2 ms before their step: those of steps 4..10 fall in [t3, t10)
+    assert row["schedule_ms"] == pytest.approx(1.0)
+    assert row["kv_alloc_ms"] == pytest.approx(0.5)
+    assert "gpu_ms" not in row  # no CUDA
+
+
+def test_summarize_needs_a_long_enough_window() -> None:
+    rec = Recorder()
+    rec.steps = steps([(2, 2)] * 5)
+    assert summarize(rec, 2, trim=2) is None
+
+
+@pytest.mark.engine
+def test_stock_and_proxima_profiles_on_the_tiny_model(tmp_path: Path) -> None:
+    out = tmp_path / "profile.jsonl"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TORCH_COMPILE_DISABLE": "1"}
+    for mode in ("stock", "proxima"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "proxima_bench.engine.step_profile", "--mode", mode,
+             "--model", str(MODEL), "--vocab", "1000", "--batches", "1,8,64",
+             "--prompt-len", "32", "--output-len", "24", "--max-num-seqs", "8",
+             "--max-model-len", "256", "--kv-bytes", str(32 << 20), "--enforce-eager",
+             "--out", str(out)],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "SKIPPED batch 64: over --max-num-seqs 8" in proc.stdout
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sorted((r["mode"], r["batch"]) for r in rows) == [
+        ("proxima", 1), ("proxima", 8), ("stock", 1), ("stock", 8),
+    ]  # fmt: skip
+    for r in rows:
+        assert r["engine"]["scheduler_cls"] == ("ProximaScheduler" if r["mode"] == "proxima"
+                                                else "Scheduler")  # fmt: skip
+        assert all(r["engine"]["wrapped"].values())
+        assert r["steps"] >= 10
+        # the parts are inside the step, the nested ones inside theirs
+        assert 0 < r["schedule_ms"] and 0 < r["execute_ms"] <= r["step_ms"]
+        assert r["kv_alloc_ms"] <= r["schedule_ms"] and r["prepare_ms"] <= r["execute_ms"]
+        assert r["host_ms"] <= r["step_ms"] * 1.01
+    table = report(rows)
+    assert table.count("| on | 8 |") == 2 and "| on | 1 | proxima |" in table
