@@ -78,7 +78,7 @@ def test_stock_and_proxima_profiles_on_the_tiny_model(tmp_path: Path) -> None:
         assert all(r["engine"]["wrapped"].values())
         assert r["steps"] >= 10
         # the parts are inside the step, the nested ones inside theirs
-        assert 0 < r["schedule_ms"] and 0 < r["execute_ms"] <= r["step_ms"]
+        assert r["schedule_ms"] > 0 and 0 < r["execute_ms"] <= r["step_ms"]
         assert r["kv_alloc_ms"] <= r["schedule_ms"] and r["prepare_ms"] <= r["execute_ms"]
         assert r["host_ms"] <= r["step_ms"] * 1.01
     table = report(rows)
