@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from proxima_bench.engine.step_profile import Recorder, report, summarize, window
+from proxima_bench.engine.step_profile import Recorder, model_vocab, report, summarize, window
 from tests.engine.utils import MODEL
 
 
@@ -53,6 +53,18 @@ def test_summarize_needs_a_long_enough_window() -> None:
     assert summarize(rec, 2, trim=2) is None
 
 
+def test_prompt_ids_stay_below_the_models_vocabulary(tmp_path: Path) -> None:
+    # A shape model made with the tiny tokenizer has its 1,024 ids: ids drawn below 32,000
+    # indexed out of the embedding on the GPU (a device-side assert, 2026-12-05).
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 1024}))
+    assert model_vocab(str(tmp_path)) == 1024
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 7}}))
+    assert model_vocab(str(tmp_path)) == 7
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(SystemExit, match="pass --vocab"):
+        model_vocab(str(tmp_path))
+
+
 @pytest.mark.engine
 def test_stock_and_proxima_profiles_on_the_tiny_model(tmp_path: Path) -> None:
     out = tmp_path / "profile.jsonl"
@@ -60,7 +72,7 @@ def test_stock_and_proxima_profiles_on_the_tiny_model(tmp_path: Path) -> None:
     for mode in ("stock", "proxima"):
         proc = subprocess.run(
             [sys.executable, "-m", "proxima_bench.engine.step_profile", "--mode", mode,
-             "--model", str(MODEL), "--vocab", "1000", "--batches", "1,8,64",
+             "--model", str(MODEL), "--batches", "1,8,64",
              "--prompt-len", "32", "--output-len", "24", "--max-num-seqs", "8",
              "--max-model-len", "256", "--kv-bytes", str(32 << 20), "--enforce-eager",
              "--out", str(out)],

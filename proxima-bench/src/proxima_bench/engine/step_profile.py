@@ -170,7 +170,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--kv-bytes", type=int, default=16 * 1024**3)
     p.add_argument("--prefix-caching", choices=["on", "off"], default="on")
-    p.add_argument("--vocab", type=int, default=32000, help="prompt token ids are drawn below this")
+    p.add_argument(
+        "--vocab",
+        type=int,
+        default=None,
+        help="prompt token ids are drawn below this (default: the model's vocab_size)",
+    )
     p.add_argument("--load-format", default="dummy")
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--seed", type=int, default=0)
@@ -213,6 +218,16 @@ def build(a: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         "model_runner": "v2" if getattr(cfg, "use_v2_model_runner", False) else "v1",
     }
     return engine, info
+
+
+def model_vocab(model: str) -> int:
+    """The model's ``vocab_size`` (config.json): prompt ids must stay below it (a shape model
+    made with the tiny tokenizer has 1,024; ids beyond index out of the embedding)."""
+    config = json.loads((Path(model) / "config.json").read_text())
+    vocab = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+    if not vocab:
+        raise SystemExit(f"{model}/config.json names no vocab_size: pass --vocab")
+    return int(vocab)
 
 
 def run_batch(engine: Any, a: argparse.Namespace, batch: int, rng: random.Random, tag: str) -> None:
@@ -262,6 +277,8 @@ def main(argv: list[str] | None = None) -> None:
         print(report(rows), end="")
         return
     a = parse(argv)
+    if a.vocab is None:
+        a.vocab = model_vocab(a.model)
     import torch
 
     engine, info = build(a)
