@@ -326,6 +326,35 @@ def test_auto_runs_full_attention_models_in_the_paged_layout(
     assert (config.mode, config.mode_reason) == ("on", "supported")
 
 
+def test_auto_leaves_speculative_decoding_to_stock_and_on_runs_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Measured no faster than stock on bursts (h200-dropin-2026-12-04, h100-profile-2026-12-05):
+    ``auto`` steps aside, an explicit ``on`` runs it in the paged layout."""
+    from types import SimpleNamespace
+
+    fake = SimpleNamespace(
+        is_hybrid=False,
+        is_encoder_decoder=False,
+        hf_text_config=SimpleNamespace(layer_types=None),
+        get_sliding_window=lambda: None,
+    )
+    monkeypatch.setattr(EngineArgs, "create_model_config", lambda self: fake)
+    ngram = {"method": "ngram", "num_speculative_tokens": 4}
+    engine_args = args("auto", "paged", speculative_config=ngram)
+    config = apply_to_engine_args(engine_args)
+    assert (config.mode, config.mode_reason) == (
+        "off",
+        "speculative decoding (measured no faster than stock)",
+    )
+    assert engine_args.scheduler_cls != SCHEDULER_CLS  # stock's scheduler
+    assert engine_args.speculative_config == ngram
+    on = apply_to_engine_args(args("on", "paged", speculative_config=ngram))
+    assert (on.mode, on.mode_reason) == ("on", "requested")
+    # without speculative decoding the same model runs proxima under auto
+    assert apply_to_engine_args(args("auto", "paged")).mode == "on"
+
+
 def test_auto_keeps_refusing_bad_values() -> None:
     with pytest.raises(ProximaConfigError, match="--proxima-horizon"):
         apply_to_engine_args(
