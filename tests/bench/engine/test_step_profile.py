@@ -95,3 +95,18 @@ def test_stock_and_proxima_profiles_on_the_tiny_model(tmp_path: Path) -> None:
         assert r["host_ms"] <= r["step_ms"] * 1.01
     table = report(rows)
     assert table.count("| on | 8 |") == 2 and "| on | 1 | proxima |" in table
+
+
+def test_the_report_keeps_each_run_apart_and_compares_within_it() -> None:
+    def row(mode: str, tag: str, step: float) -> dict:
+        parts = {f"{p}_ms": 0.1 for p in ("schedule", "kv_alloc", "update", "execute",
+                                          "prepare", "sample")}  # fmt: skip
+        return {"mode": mode, "tag": tag, "prefix_caching": "on", "batch": 512,
+                "step_ms": step, **parts}  # fmt: skip
+
+    table = report([row("stock", "r1", 20.0), row("proxima", "r1", 22.0),
+                    row("proxima", "r2", 20.0), row("stock", "r2", 25.0)])  # fmt: skip
+    lines = [x for x in table.splitlines() if x.startswith("| on | 512 |")]
+    assert len(lines) == 4
+    assert lines[1].startswith("| on | 512 | proxima | r1 |") and lines[1].endswith("| 1.100 |")
+    assert lines[3].startswith("| on | 512 | proxima | r2 |") and lines[3].endswith("| 0.800 |")

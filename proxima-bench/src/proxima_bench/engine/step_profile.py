@@ -244,26 +244,28 @@ def run_batch(engine: Any, a: argparse.Namespace, batch: int, rng: random.Random
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    """A markdown table: stock and proxima side by side per prefix-caching setting and batch."""
+    """A markdown table: stock and proxima side by side per prefix-caching setting and batch,
+    each run (``tag``) on its own line; the ratio is to the stock row of the same run."""
     cols = ["step_ms", "gpu_ms", "gpu_idle_ms", "schedule_ms", "kv_alloc_ms", "update_ms",
             "execute_ms", "prepare_ms", "sample_ms"]  # fmt: skip
-    keyed = {(r["prefix_caching"], r["batch"], r["mode"]): r for r in rows}
+    keyed = {(r["prefix_caching"], r["batch"], r.get("tag", ""), r["mode"]): r for r in rows}
     lines = [
-        "| prefix caching | batch | mode | "
+        "| prefix caching | batch | mode | run | "
         + " | ".join(c.removesuffix("_ms") for c in cols)
         + " | host work hidden | proxima / stock step |",
-        "|---|---:|---|" + "---:|" * len(cols) + "---|---:|",
+        "|---|---:|---|---|" + "---:|" * len(cols) + "---|---:|",
     ]
-    for pc, batch in sorted({(k[0], k[1]) for k in keyed}, key=lambda k: (k[0] != "off", k[1])):
-        stock = keyed.get((pc, batch, "stock"))
+    points = sorted({k[:3] for k in keyed}, key=lambda k: (k[0] != "off", k[1], k[2]))
+    for pc, batch, tag in points:
+        stock = keyed.get((pc, batch, tag, "stock"))
         for mode in ("stock", "proxima"):
-            r = keyed.get((pc, batch, mode))
+            r = keyed.get((pc, batch, tag, mode))
             if r is None:
                 continue
             cells = [f"{r[c]:.3f}" if isinstance(r.get(c), float | int) else "–" for c in cols]
             fits = "–" if r.get("fits") is None else ("yes" if r["fits"] else "**no**")
             ratio = f"{r['step_ms'] / stock['step_ms']:.3f}" if mode == "proxima" and stock else ""
-            row = " | ".join([pc, str(batch), mode, *cells, fits, ratio])
+            row = " | ".join([pc, str(batch), mode, tag, *cells, fits, ratio])
             lines.append(f"| {row} |")
     return "\n".join(lines) + "\n\nAll figures are ms per model step over the steady decode.\n"
 
