@@ -272,21 +272,21 @@ case $PLAN in
     # PROFILE_REPEATS (1) rounds; the order turns round each round (stock proxima, proxima stock):
     # at batch 512 the host-bound step varied more between processes than between the modes
     for r in $(seq "${PROFILE_REPEATS:-1}"); do
-    order="stock proxima"; [ $((r % 2)) = 0 ] && order="proxima stock"
-    for pc in ${PROFILE_CACHING:-on off}; do
-      for m in $order; do
-        l=$(left)
-        if [ "$l" -lt 100 ]; then echo "SKIPPED $m caching $pc: ${l}s left" | tee -a "$LOG"; continue; fi
-        echo "=== step profile $m, prefix caching $pc (cap $((l - 10))s)" | tee -a "$LOG"
-        timeout -k 5 $((l - 10)) python3 -m proxima_bench.engine.step_profile --mode $m --model /tmp/$shape \
-          --prefix-caching $pc --kv-bytes $((20 * 1024**3)) --batches ${PROFILE_BATCHES:-1,32,128,512} \
-          --tag "$shape-r$r" --out "$W/step-profile.jsonl" > "$W/profile-$m-$pc.log" 2>&1
-        echo "=== rc=$?" | tee -a "$LOG"
-        grep -E "^(ENGINE|RESULT|SKIPPED)" "$W/profile-$m-$pc.log" | cut -c1-700
-        grep -q "^RESULT" "$W/profile-$m-$pc.log" || tail -20 "$W/profile-$m-$pc.log" | cut -c1-300
-        mv "$W/profile-$m-$pc.log" "$W/profile-$m-$pc-r$r.log"
+      order="stock proxima"; [ $((r % 2)) = 0 ] && order="proxima stock"
+      for pc in ${PROFILE_CACHING:-on off}; do
+        for m in $order; do
+          l=$(left)
+          if [ "$l" -lt 100 ]; then echo "SKIPPED $m caching $pc: ${l}s left" | tee -a "$LOG"; continue; fi
+          echo "=== step profile $m, prefix caching $pc (cap $((l - 10))s)" | tee -a "$LOG"
+          timeout -k 5 $((l - 10)) python3 -m proxima_bench.engine.step_profile --mode $m --model /tmp/$shape \
+            --prefix-caching $pc --kv-bytes $((20 * 1024**3)) --batches ${PROFILE_BATCHES:-1,32,128,512} \
+            --tag "$shape-r$r" --out "$W/step-profile.jsonl" > "$W/profile-$m-$pc.log" 2>&1
+          echo "=== rc=$?" | tee -a "$LOG"
+          grep -E "^(ENGINE|RESULT|SKIPPED)" "$W/profile-$m-$pc.log" | cut -c1-700
+          grep -q "^RESULT" "$W/profile-$m-$pc.log" || tail -20 "$W/profile-$m-$pc.log" | cut -c1-300
+          mv "$W/profile-$m-$pc.log" "$W/profile-$m-$pc-r$r.log"
+        done
       done
-    done
     done
     cp "$W/step-profile.jsonl" "$OUTD/step-profile.jsonl" 2>/dev/null
     python3 -m proxima_bench.engine.step_profile report "$W/step-profile.jsonl" > "$OUTD/step-profile.md" 2>&1

@@ -354,6 +354,14 @@ def test_auto_leaves_speculative_decoding_to_stock_and_on_runs_it(
     # without speculative decoding the same model runs proxima under auto
     assert apply_to_engine_args(args("auto", "paged")).mode == "on"
 
+    # an engine argument: decided without the model config (vLLM reports a bad model itself)
+    def no_model(self: EngineArgs) -> None:
+        raise ValueError("no model config here")
+
+    monkeypatch.setattr(EngineArgs, "create_model_config", no_model)
+    blind = apply_to_engine_args(args("auto", "paged", speculative_config=ngram))
+    assert (blind.mode, blind.mode_reason) == (config.mode, config.mode_reason)
+
 
 def test_auto_keeps_refusing_bad_values() -> None:
     with pytest.raises(ProximaConfigError, match="--proxima-horizon"):

@@ -56,10 +56,10 @@ def settle_mode(
         return dataclasses.replace(config, mode_reason="requested")
     as_on = dataclasses.replace(config, mode="on")
     conflict = engine_args_conflict(as_on, engine_args)
-    if conflict is None and config.mode == "auto" and model_config is not None:
-        conflict = model_conflict(as_on, model_config) or auto_leaves_to_stock(
-            as_on, model_config, engine_args
-        )
+    if conflict is None and config.mode == "auto":
+        if model_config is not None:
+            conflict = model_conflict(as_on, model_config)
+        conflict = conflict or auto_leaves_to_stock(as_on, engine_args, model_config)
     if config.mode == "on":
         if conflict is not None:
             raise ProximaConfigError(conflict.message)
@@ -198,7 +198,7 @@ def model_conflict(config: ProximaConfig, model_config: Any) -> Conflict | None:
 
 
 def auto_leaves_to_stock(
-    config: ProximaConfig, model_config: Any, engine_args: EngineArgs | None = None
+    config: ProximaConfig, engine_args: EngineArgs, model_config: Any = None
 ) -> Conflict | None:
     """What ``auto`` leaves to stock although proxima mode runs it: configurations where
     proxima was measured slower than stock, or no faster with repeats below it (a drop-in
@@ -223,13 +223,13 @@ def auto_leaves_to_stock(
     """
     if not config.enabled or config.token_layout:
         return None
-    if engine_args is not None and engine_args.speculative_config:
+    if engine_args.speculative_config:  # an engine argument: no model config needed
         return Conflict(
             "speculative decoding (measured no faster than stock)",
             "proxima mode runs speculative decoding (--proxima on), but --proxima auto "
             "leaves it to vLLM's own scheduler: on bursts it measured no faster than stock.",
         )
-    if not _has_sliding_window(model_config):
+    if model_config is None or not _has_sliding_window(model_config):
         return None
     return Conflict(
         "a sliding-window model (measured slower than stock on bursts)",
