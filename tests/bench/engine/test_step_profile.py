@@ -15,6 +15,18 @@ from proxima_bench.engine.step_profile import Recorder, model_vocab, report, sum
 from tests.engine.utils import MODEL
 
 
+def test_importing_the_profile_leaves_the_environment_alone() -> None:
+    # It once set VLLM_ENABLE_V1_MULTIPROCESSING=0 at import; this test module's import then
+    # reached every later subprocess of the session and failed an upstream e2e test.
+    import importlib
+
+    import proxima_bench.engine.step_profile as module
+
+    before = dict(os.environ)
+    importlib.reload(module)
+    assert dict(os.environ) == before
+
+
 def steps(shape: list[tuple[int, int]], dt: float = 0.01) -> list[list[object]]:
     """Model steps ``dt`` apart with (requests, tokens) each, no CUDA events."""
     return [[i * dt, r, t, None, None] for i, (r, t) in enumerate(shape)]
