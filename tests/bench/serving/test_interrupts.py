@@ -56,12 +56,18 @@ def test_deferred_holds_sigterm_until_the_section_ends(runner_handlers: None) ->
 
 
 def test_deferred_sigint_becomes_keyboard_interrupt_at_the_end() -> None:
-    reached = False
-    with pytest.raises(KeyboardInterrupt) as info, deferred():
-        _deliver(signal.SIGINT)
-        reached = True
-    assert reached and not isinstance(info.value, Interrupted)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own handler, whatever this process inherited (started in the background by a
+    # non-interactive shell, it inherits SIGINT ignored, and an ignored SIGINT stays ignored)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        reached = False
+        with pytest.raises(KeyboardInterrupt) as info, deferred():
+            _deliver(signal.SIGINT)
+            reached = True
+        assert reached and not isinstance(info.value, Interrupted)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, inherited)
 
 
 def test_deferred_without_a_signal_is_transparent(runner_handlers: None) -> None:

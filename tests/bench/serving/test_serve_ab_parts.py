@@ -223,7 +223,11 @@ def test_server_timeout_is_reported_and_the_group_killed(tmp_path: Path) -> None
     assert not _group_alive(pgid)  # the sleeping child too
 
 
-def test_server_healthy_log_facts_and_sigint_stop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("parent_sigint", ["default", "ignored"])
+def test_server_healthy_log_facts_and_sigint_stop(tmp_path: Path, parent_sigint: str) -> None:
+    """``ignored``: the harness itself started in the background by a non-interactive shell
+    (SIGINT ignored, which ``exec`` keeps): the server still gets SIGINT's default action and
+    shuts down cleanly on the stop's SIGINT, not by SIGTERM."""
     fake = _fake_python(
         tmp_path,
         """
@@ -244,7 +248,13 @@ def test_server_healthy_log_facts_and_sigint_stop(tmp_path: Path) -> None:
     server = Server("m", ["--proxima", "on"], tmp_path / "server.log", python=fake)
     assert server.command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert server.command[-2:] == ["--proxima", "on"]
-    server.start()
+    inherited = signal.getsignal(signal.SIGINT)
+    if parent_sigint == "ignored":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        server.start()
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert server.wait_healthy(timeout=30) >= 0
     assert server.alive()
     assert server.log_facts() == {

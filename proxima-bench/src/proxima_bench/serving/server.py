@@ -95,22 +95,30 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def pdeathsig_hook() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking the kernel to SIGTERM the child if we die.
+def child_hook() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking the kernel to SIGTERM the child if we die, and giving the
+    child SIGINT's default action.
 
-    ``prctl`` is looked up here, in the parent, so the child (between fork
-    and exec, possibly with other threads' locks held) only makes the call.
+    The stop sends SIGINT first (a clean shutdown). A parent started in the background by
+    a non-interactive shell has SIGINT ignored, and an ignored signal stays ignored across
+    ``exec``: the server would sit out the SIGINT and be SIGTERMed instead.
+    ``prctl`` and ``signal`` are looked up here, in the parent, so the child (between fork
+    and exec, possibly with other threads' locks held) only makes the two libc calls.
     """
     if not sys.platform.startswith("linux"):
         return None
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl, c_signal = libc.prctl, libc.signal
     except (OSError, AttributeError):
         return None
-    sigterm = int(signal.SIGTERM)
+    c_signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    c_signal.restype = ctypes.c_void_p
+    sigterm, sigint = int(signal.SIGTERM), int(signal.SIGINT)
 
     def hook() -> None:
         prctl(1, sigterm)  # PR_SET_PDEATHSIG
+        c_signal(sigint, None)  # SIG_DFL
 
     return hook
 
@@ -243,7 +251,7 @@ class Server:
             stdin=subprocess.DEVNULL,
             env=self.env,
             start_new_session=True,
-            preexec_fn=pdeathsig_hook(),  # noqa: PLW1509 - only calls prctl
+            preexec_fn=child_hook(),  # noqa: PLW1509 - only calls prctl and signal
         )
 
     def healthy(self) -> bool:

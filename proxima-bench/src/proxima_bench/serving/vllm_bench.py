@@ -266,7 +266,7 @@ class BenchRunner:
 
     def launch(self) -> int:
         """Start the runner process (returns its pid at once)."""
-        from proxima_bench.serving.server import pdeathsig_hook
+        from proxima_bench.serving.server import child_hook
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
@@ -278,7 +278,7 @@ class BenchRunner:
             text=True,
             bufsize=1,
             start_new_session=True,
-            preexec_fn=pdeathsig_hook(),  # noqa: PLW1509 - only calls prctl
+            preexec_fn=child_hook(),  # noqa: PLW1509 - only calls prctl and signal
         )
         self._reader = threading.Thread(target=self._read, name="bench-reader", daemon=True)
         self._reader.start()
