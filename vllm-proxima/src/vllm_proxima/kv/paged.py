@@ -145,9 +145,18 @@ class PagedResidency:
         # Page 0 is the null page; the watermark is kept free for admissions.
         return self.pool.num_gpu_blocks - 1 - self.manager.watermark_blocks
 
+    @property
+    def shares_held_pages(self) -> bool:
+        return self._sharing
+
     def held_pages(self) -> int:
         """Pages some request holds (free pages include cached, evictable ones)."""
         return self.pool.num_gpu_blocks - 1 - self.pool.get_num_free_blocks()
+
+    def pages_of(self, request_ids: list[str]) -> list[int]:
+        """Pages each request's list holds now in the first full-attention group."""
+        blocks = self._blocks
+        return [len(blocks.get(i, ())) for i in request_ids]
 
     def evictable_pages(self) -> int:
         """Cached pages no request holds (free, but a later hit can still take them).

@@ -173,6 +173,20 @@ class ResidencyView(Protocol):
         """A lower bound of the pages resident requests hold now (0 if unknown)."""
         ...
 
+    @property
+    def shares_held_pages(self) -> bool:
+        """Whether requests can hold pages in common (prefix caching) while
+        :meth:`held_pages` is exact and :meth:`pages_of` counts each request's pages
+        (the paged layout). Then held pages plus what each resident may still add bound
+        any peak from above, and the bound is below the sum of ``max_tokens`` pages by
+        the pages held in common; without sharing it is not below it."""
+        ...
+
+    def pages_of(self, request_ids: list[str]) -> list[int]:
+        """Pages each request's list holds now (one full-attention group's); 0 where
+        :attr:`shares_held_pages` is false."""
+        ...
+
     def residents(self, running: list[Request], totals: NDArray[np.int64]) -> Residents:
         """Read the resident requests; ``totals``: each one's ``num_tokens``, read once
         by the caller."""
@@ -215,8 +229,13 @@ class TokenResidency:
     def capacity(self) -> int:
         return self._capacity
 
+    shares_held_pages = False  # held_pages is not exact here
+
     def held_pages(self) -> int:
         return 0  # the pool's used slots include cached ones nobody holds
+
+    def pages_of(self, request_ids: list[str]) -> list[int]:
+        return [0] * len(request_ids)
 
     def own_tokens(self, request: Request, pinned_pages: int) -> int:
         return request.num_tokens - pinned_pages

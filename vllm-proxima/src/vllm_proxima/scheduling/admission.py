@@ -45,11 +45,12 @@ Policies (``--proxima-admission``):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vllm_proxima.scheduling.lengths import OutputLengthModel
+from vllm_proxima.scheduling.held_bound import HeldBound
+from vllm_proxima.scheduling.policy import AdmissionPolicy, Decision
 from vllm_proxima.scheduling.reading import Reading, read_fields, row_index
 from vllm_proxima.scheduling.victim import cheapest_to_recompute
 from vllm_proxima.scheduling.windows import Windows, worst_pages
@@ -59,8 +60,6 @@ if TYPE_CHECKING:
 
     from vllm_proxima.config import ProximaConfig
     from vllm_proxima.kv.residency import ResidencyView
-
-Decision = Literal["admit", "skip", "stop"]
 
 READ_EVERY_STEPS = 8
 """Steps one reading of the residents serves (no drafts, and ``KEEP_FROM_RESIDENTS`` or
@@ -73,57 +72,6 @@ MAX_SKIPS_PER_STEP = 4
 """Requests passed over in one step before admission stops (bounds the work)."""
 MAX_DEFERRALS = 64
 """Steps a request may be passed over before nothing behind it is admitted."""
-
-
-class AdmissionPolicy:
-    """Upstream's behaviour: admit while slots are free; preempt the newest."""
-
-    name = "stock"
-
-    def __init__(self, view: ResidencyView, overcommit: float = 0.0) -> None:
-        self.view = view
-        self.overcommit = overcommit
-        self.num_preemptions = 0
-        self.num_deferred = 0
-        self.last_projected_peak = 0
-        self.lengths = OutputLengthModel()
-
-    # -- scheduler hooks -------------------------------------------------
-    def begin_step(self) -> None:
-        """Called at the start of every scheduling step."""
-
-    def decide(
-        self,
-        request: Request,
-        num_new_tokens: int,
-        num_computed_tokens: int,
-        computed_blocks: Any,
-        running: list[Request],
-    ) -> Decision:
-        """Admit, skip or stop, for a waiting request whose prefix-cache hit is
-        ``computed_blocks`` (not yet referenced), covering ``num_computed_tokens``."""
-        return "admit"
-
-    def pick_victim(self, running: list[Request], req_index: int) -> int:
-        """Index in ``running`` (at or after ``req_index``) of the request to preempt."""
-        return len(running) - 1
-
-    def on_preempt(self, request: Request) -> None:
-        self.num_preemptions += 1
-
-    def on_finish(self, request: Request) -> None:
-        """A request finished normally (not aborted): learn from it."""
-        self.lengths.observe(request.num_output_tokens, request.max_tokens)
-
-    def on_release(self, request: Request) -> None:
-        """A request left the resident set (finished or aborted)."""
-
-    def stats(self) -> dict[str, float]:
-        return {
-            "preemptions": self.num_preemptions,
-            "admissions_deferred": self.num_deferred,
-            "projected_peak_pages": self.last_projected_peak,
-        }
 
 
 class ProjectedPeakPolicy(AdmissionPolicy):
@@ -162,6 +110,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         # the sum of final sizes): admit in O(1), with no pass over the residents.
         self._worst: dict[str, int] = {}
         self._worst_sum = 0
+        self._held = HeldBound(view)  # the second fast path
         # A request that failed by ``over`` pages fails again until departures free at
         # least that many pages (residents only advance towards their finish; what
         # departs frees at most its max_tokens pages): request id -> (over, _freed then).
@@ -307,6 +256,10 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             # (a full pool in a burst: no pass over the residents needed; ``hit.pinned``
             # bounds what it shares from above, so its own pages from below).
             return self._defer(request)
+        if reading is None and self._fits_held(worst, hit.pinned, running):
+            # Held now plus what each may still add fits: so does any projected peak.
+            self._remember(request, worst)
+            return "admit"
         reading = reading or self._resident(running)
         pinned, moves = hit.against(reading.residents)
         if moves and not reading.current(self._step):
@@ -331,6 +284,16 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         if not self._transient():
             self._failed[request.request_id] = (peak - cap, self._freed)
         return self._defer(request)
+
+    def _fits_held(self, worst: int, pinned: int, running: list[Request]) -> bool:
+        """The second fast path (:mod:`~vllm_proxima.scheduling.held_bound`): pages held
+        now, what residents may add, and the candidate's ``max_tokens`` pages less the
+        pages of its hit others hold fit the pool."""
+        if self._win is not None:  # one full-attention group only
+            return False
+        cap = self._capacity()
+        excess = self._worst_sum + worst - cap  # the first fast path's, which failed
+        return self._held.fits(self._worst, excess, running, max(worst - pinned, 0), cap)
 
     def _defer(self, request: Request) -> Decision:
         """Skip the request this step, or stop admitting when it waited long enough."""

@@ -1,0 +1,74 @@
+"""``held_bound`` and ``HeldBound``'s skip rule over a fake view (no vLLM needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vllm_proxima.scheduling.held_bound import RETRY_EVERY, SLACK_PAGES, HeldBound, held_bound
+
+
+@dataclass
+class _Req:
+    request_id: str
+
+
+@dataclass
+class _View:
+    pages: dict[str, int]
+    held: int
+    shares_held_pages: bool = True
+    calls: list[int] = field(default_factory=list)
+
+    def pages_of(self, request_ids: list[str]) -> list[int]:
+        self.calls.append(len(request_ids))
+        return [self.pages.get(i, 0) for i in request_ids]
+
+    def held_pages(self) -> int:
+        return self.held
+
+
+def test_a_prefix_held_in_common_counts_once() -> None:
+    # Three residents share a 10-page prompt: 12 pages each in their lists, 16 at most.
+    # Held: 10 shared + 2 own each = 16. Bound: 16 + 3 * 4 = 28; the sum of most: 48.
+    view = _View({"a": 12, "b": 12, "c": 12}, held=16)
+    bound = held_bound(view, {"a": 16, "b": 16, "c": 16}, [_Req("a"), _Req("b"), _Req("c")])
+    assert bound == (28, 20)  # D: 36 references to 16 held pages
+
+
+def test_a_resident_past_its_most_adds_nothing_and_no_sharing_saves_nothing() -> None:
+    view = _View({"a": 5, "b": 3}, held=8)
+    # "a" holds one page beyond its most (an allocation ahead of a finish): adds 0.
+    assert held_bound(view, {"a": 4, "b": 6}, [_Req("a"), _Req("b")]) == (8 + 3, 0)
+
+
+def test_where_it_does_not_apply() -> None:
+    view = _View({"a": 1}, held=1, shares_held_pages=False)
+    assert held_bound(view, {"a": 2}, [_Req("a")]) is None
+    view = _View({"a": 1, "b": 1}, held=2)
+    assert held_bound(view, {"a": 2, "x": 2}, [_Req("a"), _Req("b")]) is None  # b unknown
+    assert held_bound(view, {"a": 2}, [_Req("a"), _Req("b")]) is None  # more running than known
+
+
+def test_fits_at_the_capacity_exactly() -> None:
+    view = _View({"a": 12, "b": 12, "c": 12}, held=16)
+    most = {"a": 16, "b": 16, "c": 16}
+    running = [_Req("a"), _Req("b"), _Req("c")]
+    assert HeldBound(view).fits(most, excess=0, running=running, new_pages=6, capacity=34)
+    assert not HeldBound(view).fits(most, excess=0, running=running, new_pages=7, capacity=34)
+
+
+def test_skips_the_pass_while_the_excess_is_far_above_the_last_saving() -> None:
+    view = _View({"a": 4, "b": 4}, held=8)  # nothing shared: D = 0
+    most = {"a": 10, "b": 10}
+    running = [_Req("a"), _Req("b")]
+    bound = HeldBound(view)
+    assert not bound.fits(most, excess=50, running=running, new_pages=5, capacity=20)
+    assert bound.shared == 0 and bound.passes == 1
+    for _ in range(RETRY_EVERY):  # excess 50 > 2 * 0 + SLACK_PAGES: no pass
+        assert not bound.fits(most, excess=50, running=running, new_pages=5, capacity=20)
+    assert bound.passes == 1 and len(view.calls) == 1
+    bound.fits(most, excess=50, running=running, new_pages=5, capacity=20)  # the retry
+    assert bound.passes == 2
+    # An excess within the slack is always worth a pass.
+    bound.fits(most, excess=SLACK_PAGES, running=running, new_pages=5, capacity=20)
+    assert bound.passes == 3
