@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vllm_proxima.scheduling.held_bound import RETRY_EVERY, SLACK_PAGES, HeldBound, held_bound
+from vllm_proxima.scheduling.held_bound import (
+    HEADROOM_PART,
+    RETRY_EVERY,
+    SLACK_PAGES,
+    HeldBound,
+    held_bound,
+)
 
 
 @dataclass
@@ -49,12 +55,14 @@ def test_where_it_does_not_apply() -> None:
     assert held_bound(view, {"a": 2}, [_Req("a"), _Req("b")]) is None  # more running than known
 
 
-def test_fits_at_the_capacity_exactly() -> None:
+def test_fits_with_the_headroom_to_spare_exactly() -> None:
     view = _View({"a": 12, "b": 12, "c": 12}, held=16)
     most = {"a": 16, "b": 16, "c": 16}
     running = [_Req("a"), _Req("b"), _Req("c")]
-    assert HeldBound(view).fits(most, excess=0, running=running, new_pages=6, capacity=34)
-    assert not HeldBound(view).fits(most, excess=0, running=running, new_pages=7, capacity=34)
+    # Bound 28; capacity 40 less its eighth (5) leaves 35 for the bound and the candidate.
+    assert 40 // HEADROOM_PART == 5
+    assert HeldBound(view).fits(most, excess=0, running=running, new_pages=7, capacity=40)
+    assert not HeldBound(view).fits(most, excess=0, running=running, new_pages=8, capacity=40)
 
 
 def test_skips_the_pass_while_the_excess_is_far_above_the_last_saving() -> None:
