@@ -80,3 +80,10 @@ def test_skips_the_pass_while_the_excess_is_far_above_the_last_saving() -> None:
     # An excess within the slack is always worth a pass.
     bound.fits(most, excess=SLACK_PAGES, running=running, new_pages=5, capacity=20)
     assert bound.passes == 3
+
+
+def test_no_pass_when_the_held_pages_alone_are_over() -> None:
+    view = _View({"a": 30}, held=36)  # limit: 40 - 5 - 1 = 34 < 36
+    bound = HeldBound(view)
+    assert not bound.fits({"a": 30}, excess=0, running=[_Req("a")], new_pages=1, capacity=40)
+    assert bound.passes == 0 and view.calls == []

@@ -130,8 +130,8 @@ def test_every_admission_of_the_held_bound_is_one_the_projection_makes(
         assert policy._held.passes > 0  # consulted
     else:  # without prefix caching no page is held in common: the bound cannot help
         assert policy._held.passes == 0
-    if case.startswith("sysprompt"):  # shared prompts held: the bound is below the sum
-        assert admitted, f"{case}: the bound admitted nothing"
+    if case == "sysprompt-roomy-c64":  # shared prompts, the pool not the limit: it admits
+        assert len(admitted) > 100, f"{case}: the bound admitted {len(admitted)}"
     assert not wrong, f"{case}: admitted above the projection's capacity: {wrong[:5]}"
 
 

@@ -86,6 +86,9 @@ class HeldBound:
         headroom to spare;
         ``excess``: by how much the sum of ``max_tokens`` pages, the candidate's
         included, is over the capacity."""
+        limit = capacity - capacity // HEADROOM_PART - new_pages
+        if self.view.held_pages() > limit:  # the residents add nothing: still over
+            return False
         last = self.shared
         if last is not None and excess > 2 * last + SLACK_PAGES and self.skipped < RETRY_EVERY:
             self.skipped += 1
@@ -96,4 +99,4 @@ class HeldBound:
             return False
         bound, self.shared = found
         self.passes += 1
-        return bound + new_pages <= capacity - capacity // HEADROOM_PART
+        return bound <= limit
