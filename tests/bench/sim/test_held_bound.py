@@ -132,6 +132,9 @@ def test_every_admission_of_the_held_bound_is_one_the_projection_makes(
         assert policy._held.passes == 0
     if case == "sysprompt-roomy-c64":  # shared prompts, the pool not the limit: it admits
         assert len(admitted) > 100, f"{case}: the bound admitted {len(admitted)}"
+        # Every admission here is a fast path's: the gauge carries their upper bounds.
+        assert policy._held.last > 0
+        assert policy.stats()["projected_peak_pages"] == policy._held.last
     assert not wrong, f"{case}: admitted above the projection's capacity: {wrong[:5]}"
 
 

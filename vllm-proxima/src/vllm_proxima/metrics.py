@@ -97,7 +97,11 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "projected_peak_pages": (
         "proxima:projected_peak_pages",
         "gauge",
-        "Projected peak KV demand of the resident requests, in pages (proxima:kv_page_size).",
+        (
+            "Projected peak KV demand of the resident requests, in pages (proxima:kv_page_size), "
+            "as admission last planned it: the projection's peak, or an upper bound of it where "
+            "a fast path admitted without projecting."
+        ),
     ),
 }
 

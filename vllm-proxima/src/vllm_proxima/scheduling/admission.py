@@ -233,6 +233,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             # Not read this step: admitted unread (an earlier reading would miss it).
             self._reading = None
             self._remember(request, worst)
+            self.last_projected_peak = self._worst_sum  # an upper bound of the peak
             return "admit"
         failed = self._failed.get(request.request_id)
         if failed is not None and failed[0] > self._freed - failed[1]:
@@ -259,6 +260,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         if reading is None and self._fits_held(worst, hit.pinned, running):
             # Held now plus what each may still add fits: so does any projected peak.
             self._remember(request, worst)
+            self.last_projected_peak = self._held.last  # an upper bound of the peak
             return "admit"
         reading = reading or self._resident(running)
         pinned, moves = hit.against(reading.residents)

@@ -73,6 +73,7 @@ class HeldBound:
         self.shared: int | None = None  # the last D (None: never worked out)
         self.skipped = 0
         self.passes = 0  # times the bound was worked out
+        self.last = 0  # the last bound worked out, the candidate's new pages included
 
     def fits(
         self,
@@ -99,4 +100,5 @@ class HeldBound:
             return False
         bound, self.shared = found
         self.passes += 1
+        self.last = bound + new_pages
         return bound <= limit
