@@ -1,16 +1,10 @@
-"""``held_bound`` and ``HeldBound``'s skip rule over a fake view (no vLLM needed)."""
+"""``held_bound`` and ``HeldBound`` over a fake view (no vLLM needed)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vllm_proxima.scheduling.held_bound import (
-    HEADROOM_PART,
-    RETRY_EVERY,
-    SLACK_PAGES,
-    HeldBound,
-    held_bound,
-)
+from vllm_proxima.scheduling.held_bound import HEADROOM_PART, HeldBound, held_bound
 
 
 @dataclass
@@ -38,13 +32,13 @@ def test_a_prefix_held_in_common_counts_once() -> None:
     # Held: 10 shared + 2 own each = 16. Bound: 16 + 3 * 4 = 28; the sum of most: 48.
     view = _View({"a": 12, "b": 12, "c": 12}, held=16)
     bound = held_bound(view, {"a": 16, "b": 16, "c": 16}, [_Req("a"), _Req("b"), _Req("c")])
-    assert bound == (28, 20)  # D: 36 references to 16 held pages
+    assert bound == 28
 
 
-def test_a_resident_past_its_most_adds_nothing_and_no_sharing_saves_nothing() -> None:
+def test_a_resident_past_its_most_adds_nothing() -> None:
     view = _View({"a": 5, "b": 3}, held=8)
     # "a" holds one page beyond its most (an allocation ahead of a finish): adds 0.
-    assert held_bound(view, {"a": 4, "b": 6}, [_Req("a"), _Req("b")]) == (8 + 3, 0)
+    assert held_bound(view, {"a": 4, "b": 6}, [_Req("a"), _Req("b")]) == 8 + 3
 
 
 def test_where_it_does_not_apply() -> None:
@@ -61,29 +55,12 @@ def test_fits_with_the_headroom_to_spare_exactly() -> None:
     running = [_Req("a"), _Req("b"), _Req("c")]
     # Bound 28; capacity 40 less its eighth (5) leaves 35 for the bound and the candidate.
     assert 40 // HEADROOM_PART == 5
-    assert HeldBound(view).fits(most, excess=0, running=running, new_pages=7, capacity=40)
-    assert not HeldBound(view).fits(most, excess=0, running=running, new_pages=8, capacity=40)
-
-
-def test_skips_the_pass_while_the_excess_is_far_above_the_last_saving() -> None:
-    view = _View({"a": 4, "b": 4}, held=8)  # nothing shared: D = 0
-    most = {"a": 10, "b": 10}
-    running = [_Req("a"), _Req("b")]
-    bound = HeldBound(view)
-    assert not bound.fits(most, excess=50, running=running, new_pages=5, capacity=20)
-    assert bound.shared == 0 and bound.passes == 1
-    for _ in range(RETRY_EVERY):  # excess 50 > 2 * 0 + SLACK_PAGES: no pass
-        assert not bound.fits(most, excess=50, running=running, new_pages=5, capacity=20)
-    assert bound.passes == 1 and len(view.calls) == 1
-    bound.fits(most, excess=50, running=running, new_pages=5, capacity=20)  # the retry
-    assert bound.passes == 2
-    # An excess within the slack is always worth a pass.
-    bound.fits(most, excess=SLACK_PAGES, running=running, new_pages=5, capacity=20)
-    assert bound.passes == 3
+    assert HeldBound(view).fits(most, running, new_pages=7, capacity=40)
+    assert not HeldBound(view).fits(most, running, new_pages=8, capacity=40)
 
 
 def test_no_pass_when_the_held_pages_alone_are_over() -> None:
     view = _View({"a": 30}, held=36)  # limit: 40 - 5 - 1 = 34 < 36
     bound = HeldBound(view)
-    assert not bound.fits({"a": 30}, excess=0, running=[_Req("a")], new_pages=1, capacity=40)
+    assert not bound.fits({"a": 30}, [_Req("a")], new_pages=1, capacity=40)
     assert bound.passes == 0 and view.calls == []

@@ -12,7 +12,7 @@ The bound's admissions skip the projection's bookkeeping for the rest of the ste
 candidate joined to the step's reading counts all its tokens as its own; a fresh reading
 counts its shared pages once), so the two runs can part, as any change of reading does. The
 bound's headroom (an eighth of the pool) leaves tight pools to the projection, so in every
-case here the schedules are identical; in a sweep of tight shared-prompt pools 13 of 16 were
+case here the schedules are identical; in a sweep of tight shared-prompt pools 12 of 16 were
 (docs/benchmarks/cpu-held-bound-2026-12-06).
 """
 

@@ -293,9 +293,7 @@ class ProjectedPeakPolicy(AdmissionPolicy):
         pages of its hit others hold fit the pool."""
         if self._win is not None:  # one full-attention group only
             return False
-        cap = self._capacity()
-        excess = self._worst_sum + worst - cap  # the first fast path's, which failed
-        return self._held.fits(self._worst, excess, running, max(worst - pinned, 0), cap)
+        return self._held.fits(self._worst, running, max(worst - pinned, 0), self._capacity())
 
     def _defer(self, request: Request) -> Decision:
         """Skip the request this step, or stop admitting when it waited long enough."""
