@@ -183,14 +183,17 @@ case $PLAN in
   matrix-8b|matrix-7b|matrix-qwen)  # the workload matrix (bench.matrix): stock and proxima servers up at
     # once on the one GPU (0.42 of its memory each), points interleaved, in priority order; a model shape
     # with dummy weights and the tiny tokenizer; prefix caching at vLLM's default (on).
-    # MATRIX_POINTS overrides the point list, REPEATS the repeats (1).
+    # MATRIX_POINTS overrides the point list, REPEATS the repeats (1). MATRIX_CONTROL=1 adds the A/A
+    # control (--control: a second stock server, stock-b, compared with stock), three servers at 0.30.
     case $PLAN in
       matrix-8b) shape=llama-3-8b; kvb=$((4 * 1024**3)) ;;
       matrix-7b) shape=llama-2-7b; kvb=$((8 * 1024**3)) ;;
       matrix-qwen) shape=qwen2.5-7b; kvb=$((4 * 1024**3)) ;;
     esac
     shape_model $shape
-    matrix matrix $shape 0.42 $kvb \
+    util=0.42; control=()
+    [ "${MATRIX_CONTROL:-0}" = 1 ] && { util=0.30; control=(--control); }
+    matrix matrix $shape $util $kvb "${control[@]}" \
       --points ${MATRIX_POINTS:-parity,mix-burst,mix-c32,longprompt-c32,mix-c64,sysprompt-c64,mix-c128,poisson,mixed-c64,longout-c64,chat-c64,mix-c1,mix-c8,mix-c256} \
       --repeats ${REPEATS:-1}
     ;;

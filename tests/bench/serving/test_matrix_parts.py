@@ -1133,6 +1133,33 @@ def test_a_pair_on_the_main_model_is_an_a_a_control(model: Path, tmp_path: Path)
     assert "| aa-stock / stock |" in "\n".join(mr.points_table(raw))
 
 
+def test_control_adds_one_stock_server_compared_with_stock(model: Path, tmp_path: Path) -> None:
+    """``--control``: a third server, ``stock-b`` (``--proxima off``, on ``--model``),
+    compared with stock: the A/A spread with three servers instead of a pair's four."""
+    cfg = mx.resolve(["--model", str(model), "--control", "--out", str(tmp_path / "out")])
+    assert cfg.modes == ["stock", "proxima", mx.CONTROL]
+    assert cfg.bases() == {"proxima": "stock", mx.CONTROL: "stock"}
+    assert cfg.server_argv(mx.CONTROL)[:2] == ["--proxima", "off"]
+    assert cfg.model_of(mx.CONTROL) == cfg.model and cfg.to_dict()["control"] is True
+    state = _state(cfg, mx.Budget(None, 1.0, cfg.modes))
+    tputs = {"stock": 100.0, "proxima": 97.0, mx.CONTROL: 96.0}
+    entry = {
+        "point": "sysprompt-c64",
+        "repeat": 0,
+        "order": cfg.modes,
+        "modes": {m: {"metrics": {"output_throughput": t}} for m, t in tputs.items()},
+    }
+    mx._finish_entry(state, entry)
+    assert entry["ratios"] == {"proxima": pytest.approx(0.97), mx.CONTROL: pytest.approx(0.96)}
+    raw = {"schema": mx.SCHEMA, "config": {"modes": cfg.modes, "bases": cfg.bases()}}
+    raw["runs"] = [entry]
+    assert f"| {mx.CONTROL} / stock |" in "\n".join(mr.points_table(raw))
+    # without --control the name is free for an extra mode, with it taken
+    assert mx.resolve(["--model", str(model), "--mode", "stock-b="]).modes[-1] == "stock-b"
+    with pytest.raises(mx.MatrixError, match="--control"):
+        mx.resolve(["--model", str(model), "--control", "--mode", "stock-b="])
+
+
 def test_requests_scale_lengthens_points_without_changing_lengths(model: Path) -> None:
     base = ["--model", str(model), "--points", "mix-c32"]
     one, four = mx.resolve(base), mx.resolve([*base, "--requests-scale", "4"])

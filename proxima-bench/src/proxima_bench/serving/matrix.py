@@ -35,6 +35,9 @@ servers one ``--served-model-name`` then (the load generator asks for it).
 A pair on ``--model`` itself is an A/A control: ``NAME-stock`` is also compared
 with ``stock`` (two stock servers: the machine's spread), ``NAME`` with
 ``NAME-stock`` (a second proxima / stock figure from the same run).
+``--control`` is the cheaper A/A control: one more stock server on ``--model``,
+``stock-b``, compared with ``stock`` (three servers instead of four, so it fits
+where four of the model do not).
 
 Outputs in ``--out``: ``raw.json`` (rewritten atomically after every run),
 ``report.md`` and ``matrix-ratio.png`` (see :mod:`.matrix_report`),
@@ -96,6 +99,7 @@ SCHEMA = "proxima-matrix/1"
 MODES = ("stock", "proxima")  # the built-in modes; --mode adds more
 BASE = "stock"  # every other mode is compared with it
 MODE_NAME = re.compile(r"[A-Za-z0-9-]+")
+CONTROL = "stock-b"  # --control: a second stock server on --model, compared with stock
 PAIR_STOCK = "-stock"  # --pair NAME adds NAME (proxima) and NAME-stock (--proxima off)
 DEFAULT_ESTIMATE_S = 60.0
 MIN_REQUESTS = 8
@@ -234,6 +238,7 @@ class Config:
     pairs: dict[str, str] = field(default_factory=dict)
     requests_scale: float = 1.0
     proxima_on: bool = False
+    control: bool = False
 
     def num_requests(self, spec: PointSpec) -> int:
         """Requests per run of ``spec``: scaled by ``--scale`` and ``--requests-scale``."""
@@ -249,6 +254,8 @@ class Config:
             for name, folder in self.pairs.items()
             if Path(folder).resolve() == Path(self.model).resolve()
         }
+        if self.control:
+            controls.add(CONTROL)
         return {
             m: (BASE if m in controls else self.base_of(m))
             for m in self.modes
@@ -260,14 +267,19 @@ class Config:
         return f"{mode}{PAIR_STOCK}" if mode in self.pairs else BASE
 
     def is_stock(self, mode: str) -> bool:
-        """Whether ``mode`` runs with ``--proxima off`` (``stock``, a pair's ``NAME-stock``)."""
-        return mode == BASE or (
-            mode.endswith(PAIR_STOCK) and mode[: -len(PAIR_STOCK)] in self.pairs
+        """Whether ``mode`` runs with ``--proxima off`` (``stock``, ``--control``'s
+        ``stock-b``, a pair's ``NAME-stock``)."""
+        return (
+            mode == BASE
+            or (self.control and mode == CONTROL)
+            or (mode.endswith(PAIR_STOCK) and mode[: -len(PAIR_STOCK)] in self.pairs)
         )
 
     def model_of(self, mode: str) -> str:
         """The model folder ``mode``'s server runs (a pair's own, else ``model``)."""
-        name = mode[: -len(PAIR_STOCK)] if self.is_stock(mode) and mode != BASE else mode
+        if mode in (BASE, CONTROL):
+            return self.model
+        name = mode[: -len(PAIR_STOCK)] if self.is_stock(mode) else mode
         return self.pairs.get(name, self.model)
 
     def server_argv(self, mode: str) -> list[str]:
@@ -295,6 +307,7 @@ class Config:
             "scale": self.scale,
             "requests_scale": self.requests_scale,
             "proxima_on": self.proxima_on,
+            "control": self.control,
             "seed": self.seed,
             "max_total_len": self.max_total_len,
             "vocab_size": self.vocab_size,
@@ -348,6 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=FOLDER",
         help="two more servers on another model folder (same tokenizer): NAME-stock "
         "(--proxima off) and NAME (proxima), compared with each other; repeatable",
+    )
+    p.add_argument(
+        "--control",
+        action="store_true",
+        help=f"one more stock server on --model, {CONTROL}, compared with stock: an A/A "
+        "control of the machine's spread with three servers (--pair NAME=MODEL takes four)",
     )
     p.add_argument(
         "--proxima-on",
@@ -601,7 +620,12 @@ def resolve(argv: Sequence[str]) -> Config:
     mode_args = parse_mode_args(args.mode_args)
     extra_modes = parse_modes(args.modes)
     mode_args.update(extra_modes)
-    pairs = parse_pairs(args.pairs, [*MODES, *extra_modes])
+    taken = [*MODES, *extra_modes]
+    if args.control:
+        if CONTROL in extra_modes:
+            raise MatrixError(f"--mode {CONTROL}: the name is --control's")
+        taken.append(CONTROL)
+    pairs = parse_pairs(args.pairs, taken)
     arg_lists = [server_args, *mode_args.values()]
     _check_reserved(arg_lists)
     if pairs and not _opt_value(server_args, "--served-model-name"):
@@ -645,8 +669,14 @@ def resolve(argv: Sequence[str]) -> Config:
         out=out.resolve(),
         report=not args.no_report,
         argv=list(argv),
-        modes=[*MODES, *extra_modes, *(m for n in pairs for m in (n + PAIR_STOCK, n))],
+        modes=[
+            *MODES,
+            *([CONTROL] if args.control else []),
+            *extra_modes,
+            *(m for n in pairs for m in (n + PAIR_STOCK, n)),
+        ],
         pairs=pairs,
+        control=args.control,
         proxima_on=args.proxima_on,
     )
 
