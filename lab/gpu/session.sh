@@ -2,7 +2,8 @@
 # Runs several GPU proof plans back to back in one background session on the device machine, so a
 # sequence longer than one call's 10-minute limit keeps the GPU busy between calls (a device call may
 # last 600 s; the machine stays held while calls follow each other within its 30 s idle window).
-#   bash lab/gpu/session.sh start PLAN:BUDGET_S ...   # detach (setsid) and run the plans in order
+#   bash lab/gpu/session.sh start PLAN:BUDGET_S[:VAR=VALUE;VAR=VALUE] ...   # detach (setsid) and run
+#                                                          # the plans in order (VARs for that plan only)
 #   bash lab/gpu/session.sh poll SECONDS               # wait until done or SECONDS passed, then copy
 #                                                          # finished plans' files not sent before (RESEND=1:
 #                                                          # all) and the running plan's folder so far to $OUT
@@ -21,9 +22,10 @@ case $mode in
       S='"$S"'
       echo $$ > $S/pid
       while read -r item; do
-        plan=${item%%:*}; budget=${item#*:}; [ "$budget" = "$item" ] && budget=560
-        echo "$(date -u +%T) start $plan (budget ${budget}s)" >> $S/progress
-        OUT=$S/out BUDGET_S=$budget bash lab/gpu/proof.sh "$plan" > $S/plan-$plan.txt 2>&1
+        plan=${item%%:*}; rest=${item#*:}; [ "$rest" = "$item" ] && rest=560
+        budget=${rest%%:*}; vars=""; [ "$budget" != "$rest" ] && vars=${rest#*:}
+        echo "$(date -u +%T) start $plan (budget ${budget}s) ${vars}" >> $S/progress
+        OUT=$S/out BUDGET_S=$budget env ${vars//;/ } bash lab/gpu/proof.sh "$plan" > $S/plan-$plan.txt 2>&1
         echo "$(date -u +%T) done $plan rc=$?" >> $S/progress
         cp $S/plan-$plan.txt $S/out/ 2>/dev/null
       done < $S/plans
