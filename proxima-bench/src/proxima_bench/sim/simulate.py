@@ -48,6 +48,8 @@ class Workload:
     # Chat turns: when request i finishes, chain[i] = (j, message) is submitted
     # with prompt = i's prompt + i's output + message.
     chain: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
+    # Each request's class where a workload has several (``mixed``: "long", "short").
+    classes: list[str] = field(default_factory=list)
 
     @classmethod
     def from_prompts(
@@ -82,6 +84,67 @@ class Workload:
         olens = [r.output_len for r in requests]
         maxt = [int(np.ceil(o * max_tokens_factor)) for o in olens]
         return cls(plens, olens, maxt, [0] * n)
+
+    @classmethod
+    def mixed(
+        cls, n: int = 300, rate: float = 0.45, long_share: float = 0.1, seed: int = 0
+    ) -> Workload:
+        """The serving matrix's ``mixed`` stream in steps: the brief's mix (prompt
+        U[50,200], output U[32,256]) with ``long_share`` long prompts (U[1500,3000],
+        output U[16,64]), arriving at ``rate`` requests a step (exponential gaps)."""
+        rng = np.random.default_rng(seed)
+        plens: list[int] = []
+        olens: list[int] = []
+        arrivals: list[int] = []
+        classes: list[str] = []
+        t = 0.0
+        for _ in range(n):
+            long = bool(rng.random() < long_share)
+            prompt, output = ((1500, 3000), (16, 64)) if long else ((50, 200), (32, 256))
+            plens.append(int(rng.integers(prompt[0], prompt[1] + 1)))
+            olens.append(int(rng.integers(output[0], output[1] + 1)))
+            classes.append("long" if long else "short")
+            t += rng.exponential(1.0 / rate)
+            arrivals.append(int(t))
+        return cls(plens, olens, list(olens), arrivals, classes=classes)
+
+
+class StepTimes:
+    """An ``on_step`` recorder: the step each request first computed its whole prompt
+    (its first token, in steps) and the first step it was gone (finished).
+
+    ``waits(workload, cls)`` gives the per-request (first token, end-to-end) steps from
+    arrival for one class (all requests with ``cls=None``)."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.step = 0
+        self.first: dict[str, int] = {}
+        self.done: dict[str, int] = {}
+        self._live: set[str] = set()
+
+    def __call__(self, out: Any) -> None:
+        requests = self.scheduler.requests
+        for rid in [r for r in self._live if r not in requests]:
+            self.done[rid] = self.step
+            self._live.discard(rid)
+        for rid, n in out.num_scheduled_tokens.items():
+            self._live.add(rid)
+            req = requests[rid]
+            if rid not in self.first and req.num_computed_tokens + n >= req.num_prompt_tokens:
+                self.first[rid] = self.step
+        self.step += 1
+
+    def waits(self, workload: Workload, cls: str | None = None) -> tuple[list[int], list[int]]:
+        arrival = workload.arrival_steps or [0] * len(workload.prompt_lens)
+        ids = [
+            i
+            for i in range(len(workload.prompt_lens))
+            if cls is None or (workload.classes and workload.classes[i] == cls)
+        ]
+        first = [self.first[str(i)] - arrival[i] for i in ids if str(i) in self.first]
+        e2e = [self.done.get(str(i), self.step) - arrival[i] for i in ids]
+        return first, e2e
 
 
 @dataclass(slots=True)
