@@ -25,6 +25,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
+import vllm_proxima.scheduling.admission as admission_module  # noqa: E402
 from proxima_bench.sim.simulate import (  # noqa: E402
     Workload,
     make_scheduler,
@@ -142,6 +143,11 @@ def test_every_admission_of_the_held_bound_is_one_the_projection_makes(
 def test_the_schedules_are_identical_with_and_without_the_bound(
     case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Without the reservation for passed-over requests (RESERVE_AFTER): pages it holds back
+    # enter the bound and the projection differently, and in the tightest shared-prompt
+    # pool the runs then part (steps 4,744 with the bound, 4,592 without; stock 5,431).
+    # tests/bench/sim/test_reserve.py bounds what the reservation costs there.
+    monkeypatch.setattr(admission_module, "RESERVE_AFTER", 10**9)
     with_bound, (result, _policy) = _run(case, True, monkeypatch)
     without, (base, _) = _run(case, False, monkeypatch)
     assert result.finished == base.finished > 0
