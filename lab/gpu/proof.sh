@@ -185,12 +185,14 @@ case $PLAN in
     # with dummy weights and the tiny tokenizer; prefix caching at vLLM's default (on).
     # MATRIX_POINTS overrides the point list, REPEATS the repeats (1). MATRIX_CONTROL=1 adds the A/A
     # control (--control: a second stock server, stock-b, compared with stock), three servers at 0.30.
+    # MATRIX_KV_BYTES overrides the KV bytes per server.
     case $PLAN in
       matrix-8b) shape=llama-3-8b; kvb=$((4 * 1024**3)) ;;
       matrix-7b) shape=llama-2-7b; kvb=$((8 * 1024**3)) ;;
       matrix-qwen) shape=qwen2.5-7b; kvb=$((4 * 1024**3)) ;;
     esac
     shape_model $shape
+    kvb=${MATRIX_KV_BYTES:-$kvb}   # e.g. 2 GiB for a pool tight enough that admission defers
     util=0.42; control=()
     [ "${MATRIX_CONTROL:-0}" = 1 ] && { util=0.30; control=(--control); }
     matrix matrix $shape $util $kvb "${control[@]}" \
