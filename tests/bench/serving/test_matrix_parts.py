@@ -5,6 +5,7 @@ the report (no vLLM server)."""
 from __future__ import annotations
 
 import http.server
+import itertools
 import json
 import sys
 import threading
@@ -836,6 +837,26 @@ def test_make_servers_one_per_mode(model: Path, tmp_path: Path) -> None:
     assert servers["admit-stock"].log_path == tmp_path / "server-admit-stock.log"
     assert servers["admit-stock"].command[-2:] == ["--proxima-admission", "stock"]
     assert "--proxima" not in servers["admit-stock"].command
+
+
+def test_make_servers_give_each_server_its_own_internal_port_base(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Servers started at once once picked the same rendezvous port (EADDRINUSE): with VLLM_PORT
+    # set apart per server, vLLM scans upward from each base instead.
+    monkeypatch.delenv("VLLM_PORT", raising=False)
+    cfg = _three_mode_cfg(model)
+    cfg.out = tmp_path
+    bases = sorted(int(s.env["VLLM_PORT"]) for s in mx.make_servers(cfg).values())
+    assert len(set(bases)) == 3
+    assert min(b - a for a, b in itertools.pairwise(bases)) >= 100
+    assert all(b < 32768 for b in bases)  # below Linux's ephemeral range, where port 0 lands
+    # a VLLM_PORT the user set wins, in --env or in the environment
+    cfg.env = {"VLLM_PORT": "40000"}
+    assert {s.env["VLLM_PORT"] for s in mx.make_servers(cfg).values()} == {"40000"}
+    cfg.env = {}
+    monkeypatch.setenv("VLLM_PORT", "41000")
+    assert {s.env["VLLM_PORT"] for s in mx.make_servers(cfg).values()} == {"41000"}
 
 
 # --------------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from proxima_bench.serving.soak import plot, verdicts
 
 
@@ -69,3 +71,15 @@ def test_answers_cut_what_is_still_open_at_max_wall() -> None:
     assert records[1] == {"sent": 1.0, "latency": None, "status": "cut"}
     v = verdicts({"requests": records, "samples": [{"t": 0.0, "rss_mib": 1.0}]}, "off", 0.05)
     assert v["cut_by_max_wall"] == 1 and not v["all_answered_200"]
+
+
+def test_soak_servers_started_at_once_get_apart_internal_port_bases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxima_bench.serving import soak
+
+    monkeypatch.delenv("VLLM_PORT", raising=False)
+    first = soak.make_server("m", "off", [], tmp_path / "off.log", 0)
+    second = soak.make_server("m", "on", [], tmp_path / "on.log", 1)
+    assert int(second.env["VLLM_PORT"]) - int(first.env["VLLM_PORT"]) >= 100
+    assert "--proxima" in first.command and "--proxima" not in second.command

@@ -85,7 +85,14 @@ from proxima_bench.runinfo import git_info, machine_info
 from proxima_bench.serving import metrics_scrape as ms
 from proxima_bench.serving.ab import condense_result
 from proxima_bench.serving.interrupts import deferred, install_handlers, restore_handlers, shielded
-from proxima_bench.serving.server import Server, ServerError, child_env, fatal_error, tail
+from proxima_bench.serving.server import (
+    Server,
+    ServerError,
+    child_env,
+    fatal_error,
+    internal_port_env,
+    tail,
+)
 from proxima_bench.serving.vllm_bench import BenchError, BenchRunner, bench_argv
 from proxima_bench.workloads import (
     TokenizerLike,
@@ -932,16 +939,17 @@ class RunState:
 
 
 def make_servers(cfg: Config) -> dict[str, Server]:
-    """One (not yet started) server per mode, on distinct free ports."""
+    """One (not yet started) server per mode, on distinct free ports, each with its own base
+    for vLLM's internal ports (:func:`internal_port_env`: they start at the same moment)."""
     servers: dict[str, Server] = {}
-    for mode in cfg.modes:
+    for index, mode in enumerate(cfg.modes):
         for _ in range(10):
             server = Server(
                 cfg.model_of(mode),
                 cfg.server_argv(mode),
                 cfg.out / f"server-{mode}.log",
                 python=cfg.python,
-                env=cfg.env,
+                env=internal_port_env(index, cfg.env),
             )
             if all(s.port != server.port for s in servers.values()):
                 break

@@ -82,6 +82,25 @@ def fatal_error(path: Path) -> str | None:
     return None
 
 
+# vLLM picks its internal ports (torch.distributed's rendezvous, ZMQ) by binding port 0 and
+# releasing it; servers starting at the same moment can pick the same one and one of them dies
+# with EADDRINUSE (seen on an H100: h100-matrix-reserve-2026-12-06). With ``VLLM_PORT`` set,
+# vLLM scans upward from it instead, so sibling servers get bases this far apart.
+INTERNAL_PORT_BASE = 21000
+INTERNAL_PORT_STRIDE = 100
+
+
+def internal_port_env(index: int, env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` plus ``VLLM_PORT`` for the ``index``-th of several sibling servers.
+
+    Left alone where the caller (``env``) or our own environment already sets ``VLLM_PORT``.
+    """
+    out = dict(env or {})
+    if "VLLM_PORT" not in out and "VLLM_PORT" not in os.environ:
+        out["VLLM_PORT"] = str(INTERNAL_PORT_BASE + INTERNAL_PORT_STRIDE * index)
+    return out
+
+
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for child processes: ours plus offline defaults.
 

@@ -36,17 +36,19 @@ from pathlib import Path
 from typing import Any
 
 from proxima_bench.serving.metrics_scrape import GpuMemoryPoller, scrape
-from proxima_bench.serving.server import Server
+from proxima_bench.serving.server import Server, internal_port_env
 
 VOCAB = 1000
 
 
-def make_server(model: str, mode: str, extra: list[str], log: Path) -> Server:
-    """The bench's :class:`Server` for one mode, not started (``off`` adds ``--proxima off``)."""
+def make_server(model: str, mode: str, extra: list[str], log: Path, index: int = 0) -> Server:
+    """The bench's :class:`Server` for one mode, not started (``off`` adds ``--proxima off``);
+    ``index`` sets its base for vLLM's internal ports apart from its siblings' (see
+    :func:`internal_port_env`)."""
     args = ["--served-model-name", "soak", "--disable-uvicorn-access-log", *extra]
     if mode == "off":
         args += ["--proxima", "off"]
-    return Server(model, args, log)
+    return Server(model, args, log, env=internal_port_env(index))
 
 
 def start_server(model: str, mode: str, extra: list[str], log: Path) -> Server:
@@ -271,9 +273,9 @@ def soak_concurrently(modes: list[str], args: argparse.Namespace) -> dict[str, d
     """Every mode's server started at once, then all soaked side by side."""
     servers: dict[str, Server] = {}
     try:
-        for mode in modes:
+        for index, mode in enumerate(modes):
             log = args.out / f"{mode}.log"
-            servers[mode] = make_server(args.model, mode, args.server_args, log)
+            servers[mode] = make_server(args.model, mode, args.server_args, log, index)
             servers[mode].start()
         print(f"[soak] starting {', '.join(modes)} at once", flush=True)
         for server in servers.values():
