@@ -6,7 +6,8 @@
 #                                                          # the plans in order (VARs for that plan only)
 #   bash lab/gpu/session.sh poll SECONDS               # wait until done or SECONDS passed, then copy
 #                                                          # finished plans' files not sent before (RESEND=1:
-#                                                          # all) and the running plan's folder so far to $OUT
+#                                                          # all), at most POLL_FILES (8) a poll, smallest
+#                                                          # first, and the running plan's folder so far to $OUT
 # Plans are lab/gpu/proof.sh's; after lab/gpu/device.sh part1 and setup. Each poll returns
 # everything finished so far, so a machine lost between calls loses only the plan then running.
 set -uo pipefail
@@ -43,21 +44,32 @@ case $mode in
     cat $S/progress 2>/dev/null
     running=$(ls -t $S/plan-*.txt 2>/dev/null | head -1)
     [ -n "$running" ] && { echo "--- $running (tail)"; tail -15 "$running" | cut -c1-300; }
-    # Only files not returned by an earlier poll (name and size): a device call brings back a
-    # handful of files, and re-sending finished plans crowded out the new ones.
+    # Only files not returned by an earlier poll (name and size), and no more than a device call
+    # brings back (8 files: POLL_FILES): smallest first, so reports and raw JSON come before the
+    # archives; a file left over is sent by the next poll, not marked sent and lost.
+    O=${OUT:-/tmp/out}; max=${POLL_FILES:-8}
     touch $S/sent
-    for f in $S/out/*; do
-      [ -f "$f" ] || continue
+    # the plan still running (listed in this session, not done): its folder so far, one slot
+    partial=""
+    while IFS= read -r item; do
+      p=${item%%:*}
+      grep -q "done $p " $S/progress 2>/dev/null && continue
+      grep -q "start $p " $S/progress 2>/dev/null && [ -d /tmp/proof-$p ] && partial=/tmp/proof-$p
+    done < $S/plans
+    room=$max; [ -n "$partial" ] && room=$((max - 1))
+    left=()
+    while IFS= read -r f; do
       key="$(basename "$f") $(stat -c %s "$f")"
       if [ "${RESEND:-0}" = 1 ] || ! grep -qxF "$key" $S/sent; then
-        cp "$f" "${OUT:-/tmp/out}/" && echo "$key" >> $S/sent
+        if [ "$room" -gt 0 ]; then
+          cp "$f" "$O/" && echo "$key" >> $S/sent && room=$((room - 1))
+        else
+          left+=("$(basename "$f")")
+        fi
       fi
-    done
-    # the plan still running: its folder so far (results of finished runs inside it)
-    for d in /tmp/proof-*; do
-      grep -q "done ${d#/tmp/proof-} " $S/progress 2>/dev/null && continue
-      [ -d "$d" ] && tar czf "${OUT:-/tmp/out}/partial-$(basename "$d").tgz" -C "$d" . 2>/dev/null
-    done
+    done < <(find $S/out -maxdepth 1 -type f -printf '%s %p\n' 2>/dev/null | sort -n | cut -d' ' -f2-)
+    [ ${#left[@]} -gt 0 ] && echo "left for the next poll (${#left[@]}): ${left[*]}"
+    [ -n "$partial" ] && tar czf "$O/partial-$(basename "$partial").tgz" -C "$partial" . 2>/dev/null
     nvidia-smi --query-gpu=memory.used --format=csv,noheader
     ;;
   *) echo "usage: $0 start PLAN:BUDGET_S ... | poll SECONDS"; exit 1 ;;

@@ -3,6 +3,7 @@ synthetic steps, then stock and proxima engines on the tiny model (CPU: no GPU e
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -120,5 +121,71 @@ def test_the_report_keeps_each_run_apart_and_compares_within_it() -> None:
                     row("proxima", "r2", 20.0), row("stock", "r2", 25.0)])  # fmt: skip
     lines = [x for x in table.splitlines() if x.startswith("| on | 512 |")]
     assert len(lines) == 4
-    assert lines[1].startswith("| on | 512 | proxima | r1 |") and lines[1].endswith("| 1.100 |")
-    assert lines[3].startswith("| on | 512 | proxima | r2 |") and lines[3].endswith("| 0.800 |")
+    assert lines[1].startswith("| on | 512 | proxima | r1 |") and lines[1].endswith("| 1.100 | – |")
+    assert lines[3].startswith("| on | 512 | proxima | r2 |") and lines[3].endswith("| 0.800 | – |")
+
+
+def test_summarize_reports_the_sm_clock_over_the_window_only() -> None:
+    # On an H100 at its power cap the SM clock dipped inside one-second windows; the profile
+    # records it beside gpu_ms so two runs' GPU times can be read against their clocks.
+    rec = Recorder()
+    rec.steps = steps([(2, 2)] * 12, dt=0.010)  # window 0..11, trimmed to 2..9: [0.02, 0.09)
+    rec.clocks = [
+        (0.005, 345, False),  # before the window: idle clock, left out
+        (0.025, 1980, False),
+        (0.045, 1500, True),
+        (0.065, 1980, False),
+        (0.085, 1740, True),
+        (0.095, 300, True),  # after it
+    ]
+    row = summarize(rec, 2, trim=2)
+    assert row is not None
+    assert row["sm_clock_mhz_min"] == 1500
+    assert row["sm_clock_mhz_mean"] == pytest.approx((1980 + 1500 + 1980 + 1740) / 4, abs=0.1)
+    assert row["power_capped"] == 0.5
+    assert row["clock_samples"] == 4
+    rec.clocks = []
+    assert "sm_clock_mhz_mean" not in (summarize(rec, 2, trim=2) or {})
+
+
+def test_the_clock_sampler_appends_readings_until_stopped() -> None:
+    import time
+
+    from proxima_bench.engine.step_profile import ClockSampler
+
+    rec = Recorder()
+    reads = iter([(1980, False), (1500, True)] + [(1700, False)] * 1000)
+    sampler = ClockSampler(rec, lambda: next(reads), interval=0.001)
+    sampler.start()
+    deadline = time.monotonic() + 5
+    while len(rec.clocks) < 3 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    sampler.stop()
+    n = len(rec.clocks)
+    assert n >= 3
+    assert [c[1:] for c in rec.clocks[:2]] == [(1980, False), (1500, True)]
+    assert all(a[0] <= b[0] for a, b in itertools.pairwise(rec.clocks))
+    time.sleep(0.02)
+    assert len(rec.clocks) == n  # stopped means stopped
+
+
+def test_the_report_shows_the_clock_where_it_was_sampled() -> None:
+    base = {"prefix_caching": "on", "batch": 128, "tag": "r1", "fits": True}
+    parts = dict.fromkeys(
+        ["gpu_ms", "gpu_idle_ms", "schedule_ms", "kv_alloc_ms", "update_ms", "execute_ms",
+         "prepare_ms", "sample_ms"], 1.0)  # fmt: skip
+    rows = [
+        {**base, **parts, "mode": "stock", "step_ms": 7.0},
+        {
+            **base,
+            **parts,
+            "mode": "proxima",
+            "step_ms": 7.0,
+            "sm_clock_mhz_mean": 1843.2,
+            "sm_clock_mhz_min": 1425,
+            "power_capped": 0.25,
+        },  # fmt: skip
+    ]
+    text = report(rows)
+    assert "| 1843 (1425), 25% |" in text
+    assert text.count("| – |") >= 1  # stock's row had no clock

@@ -17,7 +17,12 @@ requests of one token each. Over that window it reports, per model step:
 - GPU (CUDA events, none on CPU): ``gpu_ms`` from ``execute_model``'s entry to
   ``sample_tokens``' exit on the model's stream, ``gpu_idle_ms`` = ``step_ms - gpu_ms``
   (time the GPU waited for the host between steps) and ``fits``: whether the
-  host work of a step hides under the GPU's (``gpu_idle_ms`` under 5 % of a step).
+  host work of a step hides under the GPU's (``gpu_idle_ms`` under 5 % of a step);
+- the GPU's SM clock over the window (NVML, sampled every 10 ms from a thread):
+  ``sm_clock_mhz_mean``, ``sm_clock_mhz_min`` and ``power_capped``, the share of samples
+  the driver held the clock down for power (on an H100 at its 700 W cap the clock dipped
+  to 1,425 MHz inside one-second windows, enough to move ``gpu_ms`` by several per cent
+  between runs of the same kernels).
 
 With async scheduling the host prepares step ``n + 1`` while the GPU runs step ``n``,
 so host time that fits under ``gpu_ms`` costs nothing; ``gpu_idle_ms`` is what does
@@ -34,7 +39,9 @@ import argparse
 import json
 import os
 import random
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +58,8 @@ class Recorder:
     # tokens, start event, end event); events are None without CUDA
     steps: list[list[Any]] = field(default_factory=list)
     cuda: bool = False
+    # (host time, SM clock MHz, held down for power) samples; see ClockSampler
+    clocks: list[tuple[float, int, bool]] = field(default_factory=list)
 
     def wrap(self, obj: Any, name: str, part: str) -> bool:
         """Time ``obj.name`` under ``part``; False where the object has no such method."""
@@ -75,6 +84,64 @@ class Recorder:
         e = torch.cuda.Event(enable_timing=True)
         e.record()
         return e
+
+
+# nvmlClocksThrottleReasonSwPowerCap | nvmlClocksThrottleReasonHwPowerBrakeSlowdown
+POWER_REASONS = 0x4 | 0x80
+
+
+class ClockSampler:
+    """Samples the GPU's SM clock into ``rec.clocks`` every ``interval`` s from a daemon
+    thread while started. ``read`` returns (MHz, held down for power); :meth:`nvml` makes
+    one for the device this process runs on, or None where NVML is missing."""
+
+    def __init__(
+        self, rec: Recorder, read: Callable[[], tuple[int, bool]], interval: float = 0.01
+    ) -> None:
+        self.rec, self.read, self.interval = rec, read, interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def nvml(rec: Recorder, interval: float = 0.01) -> ClockSampler | None:
+        try:
+            from vllm.third_party import pynvml  # vLLM's vendored copy of nvidia-ml-py
+
+            pynvml.nvmlInit()
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+            handle = (
+                pynvml.nvmlDeviceGetHandleByIndex(int(visible))
+                if visible.isdigit()
+                else pynvml.nvmlDeviceGetHandleByUUID(visible)
+            )
+        except Exception:  # noqa: BLE001 - no NVML, no clock: the profile runs without it
+            return None
+
+        def read() -> tuple[int, bool]:
+            mhz = int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+            reasons = int(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+            return mhz, bool(reasons & POWER_REASONS)
+
+        return ClockSampler(rec, read, interval)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                mhz, capped = self.read()
+            except Exception:  # noqa: BLE001 - one failed read is one missing sample
+                continue
+            self.rec.clocks.append((time.perf_counter(), mhz, capped))
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="clock-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
 
 def instrument(core: Any, rec: Recorder) -> dict[str, bool]:
@@ -146,6 +213,12 @@ def summarize(rec: Recorder, batch: int, trim: int = 2) -> dict[str, Any] | None
         row[f"{part}_ms"] = round(total / n * 1e3, 4)
     host = row["schedule_ms"] + row["update_ms"] + row["execute_ms"] + row["sample_ms"]
     row["host_ms"] = round(host, 4)
+    clocks = [(mhz, capped) for t, mhz, capped in rec.clocks if t0 <= t < t1]
+    if clocks:
+        row["sm_clock_mhz_mean"] = round(sum(c[0] for c in clocks) / len(clocks), 1)
+        row["sm_clock_mhz_min"] = min(c[0] for c in clocks)
+        row["power_capped"] = round(sum(c[1] for c in clocks) / len(clocks), 3)
+        row["clock_samples"] = len(clocks)
     if rec.cuda:
         import torch
 
@@ -179,6 +252,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="JSON lines, appended")
     p.add_argument("--tag", default="")
+    p.add_argument(
+        "--no-clock", action="store_true", help="do not sample the GPU's SM clock (NVML)"
+    )
     return p.parse_args(argv)
 
 
@@ -250,8 +326,8 @@ def report(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| prefix caching | batch | mode | run | "
         + " | ".join(c.removesuffix("_ms") for c in cols)
-        + " | host work hidden | proxima / stock step |",
-        "|---|---:|---|---|" + "---:|" * len(cols) + "---|---:|",
+        + " | host work hidden | proxima / stock step | SM clock MHz mean (min), power-capped |",
+        "|---|---:|---|---|" + "---:|" * len(cols) + "---|---:|---|",
     ]
     points = sorted({k[:3] for k in keyed}, key=lambda k: (k[0] != "off", k[1], k[2]))
     for pc, batch, tag in points:
@@ -263,7 +339,12 @@ def report(rows: list[dict[str, Any]]) -> str:
             cells = [f"{r[c]:.3f}" if isinstance(r.get(c), float | int) else "–" for c in cols]
             fits = "–" if r.get("fits") is None else ("yes" if r["fits"] else "**no**")
             ratio = f"{r['step_ms'] / stock['step_ms']:.3f}" if mode == "proxima" and stock else ""
-            row = " | ".join([pc, str(batch), mode, tag, *cells, fits, ratio])
+            clock = (
+                f"{r['sm_clock_mhz_mean']:.0f} ({r['sm_clock_mhz_min']}), {r['power_capped']:.0%}"
+                if "sm_clock_mhz_mean" in r
+                else "–"
+            )
+            row = " | ".join([pc, str(batch), mode, tag, *cells, fits, ratio, clock])
             lines.append(f"| {row} |")
     return "\n".join(lines) + "\n\nAll figures are ms per model step over the steady decode.\n"
 
@@ -288,6 +369,8 @@ def main(argv: list[str] | None = None) -> None:
     core = engine.engine_core.engine_core  # private: the in-process engine core
     rec = Recorder(cuda=torch.cuda.is_available())
     info["wrapped"] = instrument(core, rec)
+    sampler = None if a.no_clock or not rec.cuda else ClockSampler.nvml(rec)
+    info["clock_sampled"] = sampler is not None
     info["scheduler_cls"] = type(core.scheduler).__name__
     print("ENGINE", json.dumps(info), flush=True)
     rng = random.Random(a.seed)
@@ -300,8 +383,15 @@ def main(argv: list[str] | None = None) -> None:
             continue
         rec.spans.clear()
         rec.steps.clear()
+        rec.clocks.clear()
         t = time.perf_counter()
-        run_batch(engine, a, batch, rng, f"b{batch}")
+        if sampler is not None:
+            sampler.start()
+        try:
+            run_batch(engine, a, batch, rng, f"b{batch}")
+        finally:
+            if sampler is not None:
+                sampler.stop()
         row = summarize(rec, batch)
         if row is None:
             print(f"SKIPPED batch {batch}: no steady decode window", flush=True)
