@@ -7,8 +7,10 @@ of extra proxima-on modes given as ``--mode NAME=ARGS`` (extra server
 arguments, e.g. ``--mode admit-stock='--proxima-admission stock'``, for
 attributing a difference to one part). They start concurrently (they share
 one GPU; pass e.g. ``--gpu-memory-utilization 0.3 --kv-cache-memory-bytes N``);
-if a concurrent start fails all are stopped and started again one after the
-other (``--sequential-start`` forces that). Then it runs a list of named
+if a concurrent start fails, those that came up stay up and the failed ones
+start again one after the other (``--sequential-start`` starts every server
+that way), each server with its own ``VLLM_PORT`` base so that servers
+starting together do not draw the same internal port. Then it runs a list of named
 points (``--list-points``); each point runs on every server back to back with
 identical workload files, in the modes' order rotated by one per point (point
 ``i`` of repeat ``r`` starts with mode ``(i + r) mod M``), so drift cancels.
@@ -938,11 +940,14 @@ class RunState:
 # --------------------------------------------------------------------------
 
 
-def make_servers(cfg: Config) -> dict[str, Server]:
-    """One (not yet started) server per mode, on distinct free ports, each with its own base
-    for vLLM's internal ports (:func:`internal_port_env`: they start at the same moment)."""
+def make_servers(cfg: Config, modes: Sequence[str] | None = None) -> dict[str, Server]:
+    """One (not yet started) server per mode (``modes``: only those), on distinct free ports,
+    each with its own base for vLLM's internal ports (:func:`internal_port_env`: they start at
+    the same moment)."""
     servers: dict[str, Server] = {}
     for index, mode in enumerate(cfg.modes):
+        if modes is not None and mode not in modes:
+            continue
         for _ in range(10):
             server = Server(
                 cfg.model_of(mode),
@@ -1001,22 +1006,34 @@ def _ready(state: RunState, mode: str, server: Server) -> None:
     )
 
 
+class StartError(ServerError):
+    """Some of the servers started together did not come up: ``failed`` names them."""
+
+    def __init__(self, message: str, failed: list[str]) -> None:
+        super().__init__(message)
+        self.failed = failed
+
+
 def _wait_all_ready(state: RunState, servers: dict[str, Server]) -> None:
     """Wait for the launched ``servers`` in parallel.
 
     Raises:
-        ServerError: the first failure (all are waited for).
+        StartError: the first failure's message, and every failed mode (all are waited for).
+        Exception: a failure that is not a ``ServerError`` (a bug), as raised.
     """
     pool = cf.ThreadPoolExecutor(len(servers), thread_name_prefix="wait-ready")
     try:
-        futures = [pool.submit(_ready, state, m, s) for m, s in servers.items()]
-        errors = [f.exception() for f in futures]
+        futures = {m: pool.submit(_ready, state, m, s) for m, s in servers.items()}
+        errors = {m: f.exception() for m, f in futures.items()}
     finally:
         # On Ctrl-C do not wait: the waiters end when the servers are stopped.
         pool.shutdown(wait=False, cancel_futures=True)
-    for error in errors:
-        if error is not None:
+    failed = {m: e for m, e in errors.items() if e is not None}
+    for error in failed.values():
+        if not isinstance(error, ServerError):
             raise error
+    if failed:
+        raise StartError(str(next(iter(failed.values()))), list(failed))
 
 
 def _stop_servers(state: RunState) -> None:
@@ -1035,7 +1052,9 @@ def start_servers(state: RunState, while_loading: Callable[[], None]) -> None:
     """Start every mode's server (concurrently unless ``--sequential-start``).
 
     ``while_loading`` runs once while the first servers load (the workload
-    files). A failed concurrent start stops all and retries one by one.
+    files). After a failed concurrent start the servers that came up stay up and
+    the failed ones are started again, one by one (on an H100 one of two servers
+    died of a port both drew; restarting both had cost the plan its budget).
 
     Raises:
         ServerError: the servers could not be started.
@@ -1047,34 +1066,51 @@ def start_servers(state: RunState, while_loading: Callable[[], None]) -> None:
         while pending:
             pending.pop()()
 
-    if not state.cfg.sequential_start:
-        raw["start"] = {"method": "concurrent", "t0": _now()}
-        state.servers = make_servers(state.cfg)
-        try:
-            for mode, server in state.servers.items():
-                _launch(state, mode, server)
+    def one_by_one(servers: dict[str, Server]) -> None:
+        for mode, server in servers.items():
+            _launch(state, mode, server)
             state.save()
             run_pending()
-            _wait_all_ready(state, state.servers)
-            raw["start"]["ready"] = _now()
-            return
-        except ServerError as e:
-            state.log(f"concurrent start failed ({str(e).splitlines()[0]}); retrying one by one")
-            raw["start"]["concurrent_error"] = str(e)[-4000:]
-            _stop_servers(state)
-            for server in state.servers.values():
-                if server.log_path.exists():
-                    server.log_path.replace(server.log_path.with_suffix(".concurrent.log"))
-            raw["start"]["concurrent_servers"] = dict(record)
-            record.clear()
-            state.save()
-    raw["start"] = {**raw.get("start", {}), "method": "sequential", "t0_sequential": _now()}
+            _wait_all_ready(state, {mode: server})
+
+    if state.cfg.sequential_start:
+        raw["start"] = {"method": "sequential", "t0_sequential": _now()}
+        state.servers = make_servers(state.cfg)
+        one_by_one(state.servers)
+        raw["start"]["ready"] = _now()
+        return
+    raw["start"] = {"method": "concurrent", "t0": _now()}
     state.servers = make_servers(state.cfg)
-    for mode, server in state.servers.items():
-        _launch(state, mode, server)
+    try:
+        for mode, server in state.servers.items():
+            _launch(state, mode, server)
         state.save()
         run_pending()
-        _wait_all_ready(state, {mode: server})
+        _wait_all_ready(state, state.servers)  # every server waited for, up or failed
+        raw["start"]["ready"] = _now()
+        return
+    except StartError as e:
+        failed = e.failed
+        state.log(
+            f"concurrent start failed ({str(e).splitlines()[0]}); "
+            f"starting {', '.join(failed)} again, one by one"
+        )
+        raw["start"]["concurrent_error"] = str(e)[-4000:]
+        raw["start"]["concurrent_servers"] = {m: dict(record[m]) for m in failed if m in record}
+        for mode in failed:
+            server = state.servers[mode]
+            if server.proc is not None:
+                state.log(f"[{mode}] stopping server")
+                with shielded(state.log):
+                    server.stop(state.cfg.stop_timeout)
+            if server.log_path.exists():
+                server.log_path.replace(server.log_path.with_suffix(".concurrent.log"))
+            record.pop(mode, None)
+        state.save()
+    raw["start"].update(method="concurrent, then one by one", retried=failed, t0_retry=_now())
+    again = make_servers(state.cfg, failed)
+    state.servers = {m: again.get(m) or state.servers[m] for m in state.cfg.modes}
+    one_by_one(again)
     raw["start"]["ready"] = _now()
 
 
