@@ -189,3 +189,33 @@ def test_the_report_shows_the_clock_where_it_was_sampled() -> None:
     text = report(rows)
     assert "| 1843 (1425), 25% |" in text
     assert text.count("| – |") >= 1  # stock's row had no clock
+
+
+def test_the_nvml_sampler_reads_the_visible_device_and_its_power_reasons(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import types
+
+    import vllm.third_party
+
+    from proxima_bench.engine.step_profile import POWER_REASONS, ClockSampler
+
+    fake = types.ModuleType("pynvml")
+    asked: list[object] = []
+    fake.NVML_CLOCK_SM = 1  # type: ignore[attr-defined]
+    fake.nvmlInit = lambda: None  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetHandleByIndex = lambda i: asked.append(i) or f"gpu{i}"  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetClockInfo = lambda h, kind: 1425 if kind == 1 else 0  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0x4  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm.third_party.pynvml", fake)
+    monkeypatch.setattr(vllm.third_party, "pynvml", fake, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    sampler = ClockSampler.nvml(Recorder())
+    assert sampler is not None and asked == [3]
+    assert sampler.read() == (1425, True) and POWER_REASONS & 0x4
+    # a driver without reasons still gives the clock
+    fake.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 1 / 0  # type: ignore[attr-defined]
+    assert ClockSampler.nvml(Recorder()).read() == (1425, False)  # type: ignore[union-attr]
+    # no NVML at all: no sampler, the profile runs without clocks
+    fake.nvmlInit = lambda: 1 / 0  # type: ignore[attr-defined]
+    assert ClockSampler.nvml(Recorder()) is None

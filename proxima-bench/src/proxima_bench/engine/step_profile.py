@@ -117,9 +117,17 @@ class ClockSampler:
         except Exception:  # noqa: BLE001 - no NVML, no clock: the profile runs without it
             return None
 
+        # "event reasons" is the newer drivers' name for "throttle reasons"
+        reasons_of = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+
         def read() -> tuple[int, bool]:
             mhz = int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
-            reasons = int(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+            try:
+                reasons = int(reasons_of(handle)) if reasons_of else 0
+            except Exception:  # noqa: BLE001 - the clock alone is still worth having
+                reasons = 0
             return mhz, bool(reasons & POWER_REASONS)
 
         return ClockSampler(rec, read, interval)
