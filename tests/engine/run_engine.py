@@ -51,12 +51,30 @@ def main(spec_path: str, out_path: str) -> None:
     drafts = {"steps": 0, "tokens": 0}
     original_schedule = scheduler.schedule
 
+    # Proxima's projected-peak admission: the most pages a running request held beyond the
+    # final size the projection gives it (pages of its first KV group; > 0: under-counted).
+    over = {"pages": None}
+
+    def final_overrun() -> None:
+        view = getattr(scheduler, "residency_view", None)
+        if view is None or not hasattr(view, "page_size"):
+            return
+        managers = scheduler.kv_cache_manager.coordinator.single_type_managers
+        blocks = managers[0].req_to_blocks
+        page = view.page_size
+        for r in scheduler.running:
+            final = min(r.num_prompt_tokens + r.max_tokens, view.max_model_len)
+            worst = -(-(final + view.lookahead_tokens) // page)
+            excess = len(blocks.get(r.request_id, ())) - worst
+            over["pages"] = excess if over["pages"] is None else max(over["pages"], excess)
+
     def counting_schedule(*args: Any, **kwargs: Any) -> Any:
         out = original_schedule(*args, **kwargs)
         spec = getattr(out, "scheduled_spec_decode_tokens", None) or {}
         if spec:
             drafts["steps"] += 1
             drafts["tokens"] += sum(len(t) for t in spec.values())
+        final_overrun()
         return out
 
     scheduler.schedule = counting_schedule
@@ -119,6 +137,7 @@ def main(spec_path: str, out_path: str) -> None:
         # Speculative decoding: the draft slots the scheduler reserves per request, and the
         # lookahead proxima's projection counts (None: no projection, e.g. stock).
         "draft_tokens_scheduled": drafts["tokens"],
+        "final_overrun_pages": over["pages"],
         "kv_cache_specs": [
             type(g.kv_cache_spec).__name__ for g in scheduler.kv_cache_config.kv_cache_groups
         ],

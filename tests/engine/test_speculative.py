@@ -73,8 +73,21 @@ def test_drafts_were_scheduled_and_projected(proxima_spec: dict, proxima_plain: 
     assert proxima_plain["draft_tokens_scheduled"] == 0
     assert tokens(proxima_spec) == tokens(proxima_plain)
     # n-gram drafts are scheduled as the step's new tokens (vLLM reserves no lookahead slots
-    # for them: num_lookahead_tokens 0); the projection counts what the scheduler reserves.
-    assert proxima_spec["projected_lookahead"] == proxima_spec["num_lookahead_tokens"]
+    # for them: num_lookahead_tokens 0), and in a request's last steps past its max_tokens:
+    # the projection counts the lookahead and the drafts.
+    assert proxima_spec["num_lookahead_tokens"] == 0
+    assert proxima_spec["projected_lookahead"] == NGRAM["num_speculative_tokens"]
+    assert proxima_plain["projected_lookahead"] == 0
+
+
+def test_drafts_past_max_tokens_are_counted(proxima_spec: dict, proxima_plain: dict) -> None:
+    """A request's last steps schedule drafts past its max_tokens (vLLM does not trim them),
+    so it holds slots beyond its final size: the projection's final size counts them, so no
+    running request ever holds more pages than its projected final (before, with n-gram's
+    lookahead of 0, requests ran over it and a tight pool preempted)."""
+    assert proxima_spec["final_overrun_pages"] is not None
+    assert proxima_spec["final_overrun_pages"] <= 0
+    assert proxima_plain["final_overrun_pages"] <= 0
 
 
 def test_no_kv_left_held(proxima_spec: dict) -> None:

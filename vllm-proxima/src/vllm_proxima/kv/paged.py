@@ -111,7 +111,8 @@ class PagedResidency:
     Args:
         manager: upstream's ``KVCacheManager``.
         shape: its groups (:func:`kv_cache_shape`).
-        lookahead_tokens: speculative tokens the scheduler reserves per request.
+        lookahead_tokens: tokens a request may hold beyond its final ones: the
+            scheduler's lookahead slots plus the drafts scheduled in a step.
     """
 
     def __init__(self, manager: KVCacheManager, shape: KVShape, lookahead_tokens: int = 0) -> None:

@@ -135,7 +135,8 @@ class ProjectedPeakPolicy(AdmissionPolicy):
             else None
         )
         self._chunk_steps: np.ndarray | None = None
-        # Drafts advance several tokens a step: a kept reading would under-count them.
+        # Drafts (counted in lookahead_tokens) advance several tokens a step: a kept reading
+        # would under-count them.
         self.read_every = 1 if view.lookahead_tokens else max(1, read_every)
 
     def begin_step(self) -> None:

@@ -125,7 +125,10 @@ class ProximaSchedulerMixin:
                 e,
             )
             return None
-        view = PagedResidency(manager, shape, lookahead)
+        # A request may hold more than its final tokens: the lookahead slots and, in its
+        # last steps, drafts scheduled past ``max_tokens`` (vLLM does not trim them; an
+        # n-gram proposer reserves no lookahead but its drafts still take slots).
+        view = PagedResidency(manager, shape, lookahead + spec)
         logger.info(
             "proxima: projected-peak admission over vLLM's KV pages: %d pages of %d tokens, "
             "%d full-attention and %d sliding-window group(s) (the attention backend is "
