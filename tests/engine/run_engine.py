@@ -57,9 +57,13 @@ def main(spec_path: str, out_path: str) -> None:
 
     def final_overrun() -> None:
         view = getattr(scheduler, "residency_view", None)
-        if view is None or not hasattr(view, "page_size"):
+        shape = getattr(view, "shape", None)
+        coordinator = getattr(scheduler.kv_cache_manager, "coordinator", None)
+        # upstream's pages (the paged layout), one full-attention group: the token layout
+        # has its own manager, and a sliding-window group holds no final size
+        if view is None or shape is None or coordinator is None or shape.windows or shape.full != 1:
             return
-        managers = scheduler.kv_cache_manager.coordinator.single_type_managers
+        managers = coordinator.single_type_managers
         blocks = managers[0].req_to_blocks
         page = view.page_size
         for r in scheduler.running:
