@@ -208,9 +208,10 @@ def auto_leaves_to_stock(
     stock on a 1,000-request burst over five repeats on one H200, and 0.932-1.243x at
     client concurrency 32 (docs/benchmarks/h200-dropin-2026-12-04); with the current code
     one H100 ran the burst at 0.952 and 0.988x (docs/benchmarks/h100-profile-2026-12-05).
-    The fewer preemptions did not turn into throughput or latency: the reading is taken
-    every step (lookahead), and drafts still preempt. Lift this once the H200 burst and
-    c32 measure at or above stock.
+    With the drafts counted and the residents read every step, five more H100 bursts ran
+    0.913-1.063x (mean 0.984) with no preemption against stock's 99-125
+    (docs/benchmarks/h100-spec-tight-2026-12-07): fewer preemptions did not turn into
+    throughput. Lift this once the H200 burst and c32 measure at or above stock.
 
     Sliding-window models in the paged layout: on one H200 (Llama-3-8B shape, alternating
     sliding/full layers, window 128; docs/benchmarks/h200-dropin-2026-12-04) proxima ran
