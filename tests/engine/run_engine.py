@@ -64,11 +64,12 @@ def main(spec_path: str, out_path: str) -> None:
         if view is None or shape is None or coordinator is None or shape.windows or shape.full != 1:
             return
         managers = coordinator.single_type_managers
+        from vllm_proxima.scheduling.windows import worst_pages
+
         blocks = managers[0].req_to_blocks
-        page = view.page_size
         for r in scheduler.running:
             final = min(r.num_prompt_tokens + r.max_tokens, view.max_model_len)
-            worst = -(-(final + view.lookahead_tokens) // page)
+            worst = worst_pages(final + view.lookahead_tokens, view.page_size, None)
             excess = len(blocks.get(r.request_id, ())) - worst
             over["pages"] = excess if over["pages"] is None else max(over["pages"], excess)
 
