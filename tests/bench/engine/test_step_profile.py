@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from proxima_bench.engine.step_profile import Recorder, model_vocab, report, summarize, window
+from proxima_bench.engine.step_profile import (
+    Recorder,
+    host_probe,
+    model_vocab,
+    report,
+    summarize,
+    window,
+)
 from tests.engine.utils import MODEL
 
 
@@ -106,23 +113,38 @@ def test_stock_and_proxima_profiles_on_the_tiny_model(tmp_path: Path) -> None:
         assert r["schedule_ms"] > 0 and 0 < r["execute_ms"] <= r["step_ms"]
         assert r["kv_alloc_ms"] <= r["schedule_ms"] and r["prepare_ms"] <= r["execute_ms"]
         assert r["host_ms"] <= r["step_ms"] * 1.01
+        assert r["probe_ms"] > 0  # the process's host speed, taken before the batch
     table = report(rows)
     assert table.count("| on | 8 |") == 2 and "| on | 1 | proxima |" in table
 
 
 def test_the_report_keeps_each_run_apart_and_compares_within_it() -> None:
-    def row(mode: str, tag: str, step: float) -> dict:
+    def row(mode: str, tag: str, step: float, probe: float | None = None) -> dict:
         parts = {f"{p}_ms": 0.1 for p in ("schedule", "kv_alloc", "update", "execute",
                                           "prepare", "sample")}  # fmt: skip
+        extra = {} if probe is None else {"probe_ms": probe}
         return {"mode": mode, "tag": tag, "prefix_caching": "on", "batch": 512,
-                "step_ms": step, **parts}  # fmt: skip
+                "step_ms": step, **parts, **extra}  # fmt: skip
 
-    table = report([row("stock", "r1", 20.0), row("proxima", "r1", 22.0),
+    table = report([row("stock", "r1", 20.0, 4.0), row("proxima", "r1", 22.0, 6.0),
                     row("proxima", "r2", 20.0), row("stock", "r2", 25.0)])  # fmt: skip
     lines = [x for x in table.splitlines() if x.startswith("| on | 512 |")]
     assert len(lines) == 4
-    assert lines[1].startswith("| on | 512 | proxima | r1 |") and lines[1].endswith("| 1.100 | – |")
-    assert lines[3].startswith("| on | 512 | proxima | r2 |") and lines[3].endswith("| 0.800 | – |")
+    # r1: proxima's process probed 1.5x slower than stock's, beside its 1.1x step
+    assert lines[0].endswith("| 4.00 | – |")
+    assert lines[1].startswith("| on | 512 | proxima | r1 |")
+    assert lines[1].endswith("| 1.100 | 6.00 (1.50) | – |")
+    # rows from before the probe existed still render
+    assert lines[3].startswith("| on | 512 | proxima | r2 |")
+    assert lines[3].endswith("| 0.800 | – | – |")
+
+
+def test_the_host_probe_times_the_same_work_each_call() -> None:
+    # The probe is the median of several rounds of fixed work: two calls in one process
+    # agree far closer than the 1.5-2x the GPU host's processes differed by.
+    first, second = host_probe(), host_probe()
+    assert first > 0 and second > 0
+    assert 0.5 < first / second < 2.0
 
 
 def test_summarize_reports_the_sm_clock_over_the_window_only() -> None:

@@ -24,6 +24,12 @@ requests of one token each. Over that window it reports, per model step:
   to 1,425 MHz inside one-second windows, enough to move ``gpu_ms`` by several per cent
   between runs of the same kernels).
 
+- the process's own host speed, the engine idle: ``probe_ms`` (:func:`host_probe`, the
+  median of a fixed pure-Python workload, timed right before the batch is submitted). The
+  same upstream code (``prepare``, ``sample``) ran 1.5-2x slower in one process than in the
+  next on the same card; the probe says whether a process is slow at everything (the
+  machine) or only inside the step (the mode's own work).
+
 With async scheduling the host prepares step ``n + 1`` while the GPU runs step ``n``,
 so host time that fits under ``gpu_ms`` costs nothing; ``gpu_idle_ms`` is what does
 not fit. One JSON line per batch size goes to ``--out``.
@@ -150,6 +156,24 @@ class ClockSampler:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+
+def host_probe(rounds: int = 7) -> float:
+    """Milliseconds one fixed pure-Python workload takes in this process (the median of
+    ``rounds``): list, dict and sort work of the kind a scheduler step does, no I/O, no GPU.
+    Two processes' probes compare their host speed on identical code."""
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        rows = [(i * 7919 % 1009, i, str(i)) for i in range(20_000)]
+        index = {r[2]: r for r in rows}
+        rows.sort()
+        total = sum(index[r[2]][0] for r in rows[::3])
+        times.append(time.perf_counter() - t)
+        if total < 0:  # never: keeps the work from looking unused
+            raise AssertionError(total)
+    times.sort()
+    return round(times[len(times) // 2] * 1e3, 4)
 
 
 def instrument(core: Any, rec: Recorder) -> dict[str, bool]:
@@ -334,8 +358,9 @@ def report(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| prefix caching | batch | mode | run | "
         + " | ".join(c.removesuffix("_ms") for c in cols)
-        + " | host work hidden | proxima / stock step | SM clock MHz mean (min), power-capped |",
-        "|---|---:|---|---|" + "---:|" * len(cols) + "---|---:|---|",
+        + " | host work hidden | proxima / stock step | host probe ms (proxima / stock)"
+        + " | SM clock MHz mean (min), power-capped |",
+        "|---|---:|---|---|" + "---:|" * len(cols) + "---|---:|---:|---|",
     ]
     points = sorted({k[:3] for k in keyed}, key=lambda k: (k[0] != "off", k[1], k[2]))
     for pc, batch, tag in points:
@@ -352,9 +377,26 @@ def report(rows: list[dict[str, Any]]) -> str:
                 if "sm_clock_mhz_mean" in r
                 else "–"
             )
-            row = " | ".join([pc, str(batch), mode, tag, *cells, fits, ratio, clock])
+            probe = _probe(r, stock)
+            row = " | ".join([pc, str(batch), mode, tag, *cells, fits, ratio, probe, clock])
             lines.append(f"| {row} |")
-    return "\n".join(lines) + "\n\nAll figures are ms per model step over the steady decode.\n"
+    return (
+        "\n".join(lines)
+        + "\n\nAll figures are ms per model step over the steady decode; the host probe is"
+        " ms of a fixed pure-Python workload in the same process, the engine idle (a"
+        " proxima / stock probe over 1 means proxima's process ran slower at everything).\n"
+    )
+
+
+def _probe(row: dict[str, Any], stock: dict[str, Any] | None) -> str:
+    """The row's host probe, with proxima's over stock's of the same run."""
+    probe = row.get("probe_ms")
+    if not isinstance(probe, float | int):
+        return "–"
+    cell = f"{probe:.2f}"
+    if row.get("mode") == "proxima" and stock and isinstance(stock.get("probe_ms"), float | int):
+        cell += f" ({probe / stock['probe_ms']:.2f})"
+    return cell
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -392,6 +434,7 @@ def main(argv: list[str] | None = None) -> None:
         rec.spans.clear()
         rec.steps.clear()
         rec.clocks.clear()
+        probe = host_probe()  # the engine idle: the process's host speed, not the mode's
         t = time.perf_counter()
         if sampler is not None:
             sampler.start()
@@ -411,6 +454,7 @@ def main(argv: list[str] | None = None) -> None:
             output_len=a.output_len,
             max_num_seqs=a.max_num_seqs,
             run_s=round(time.perf_counter() - t, 2),
+            probe_ms=probe,
             tag=a.tag,
             engine=info,
         )
