@@ -113,7 +113,8 @@ def test_stock_and_proxima_profiles_on_the_tiny_model(tmp_path: Path) -> None:
         assert r["schedule_ms"] > 0 and 0 < r["execute_ms"] <= r["step_ms"]
         assert r["kv_alloc_ms"] <= r["schedule_ms"] and r["prepare_ms"] <= r["execute_ms"]
         assert r["host_ms"] <= r["step_ms"] * 1.01
-        assert r["probe_ms"] > 0  # the process's host speed, taken before the batch
+        # the process's host speed, taken before and after the batch
+        assert r["probe_ms"] > 0 and r["probe_after_ms"] > 0
     table = report(rows)
     assert table.count("| on | 8 |") == 2 and "| on | 1 | proxima |" in table
 
@@ -122,7 +123,8 @@ def test_the_report_keeps_each_run_apart_and_compares_within_it() -> None:
     def row(mode: str, tag: str, step: float, probe: float | None = None) -> dict:
         parts = {f"{p}_ms": 0.1 for p in ("schedule", "kv_alloc", "update", "execute",
                                           "prepare", "sample")}  # fmt: skip
-        extra = {} if probe is None else {"probe_ms": probe}
+        # before and after the batch: the mean is what the report shows
+        extra = {} if probe is None else {"probe_ms": probe - 1, "probe_after_ms": probe + 1}
         return {"mode": mode, "tag": tag, "prefix_caching": "on", "batch": 512,
                 "step_ms": step, **parts, **extra}  # fmt: skip
 

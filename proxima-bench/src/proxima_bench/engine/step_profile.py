@@ -24,8 +24,9 @@ requests of one token each. Over that window it reports, per model step:
   to 1,425 MHz inside one-second windows, enough to move ``gpu_ms`` by several per cent
   between runs of the same kernels).
 
-- the process's own host speed, the engine idle: ``probe_ms`` (:func:`host_probe`, the
-  median of a fixed pure-Python workload, timed right before the batch is submitted). The
+- the process's own host speed, the engine idle: ``probe_ms`` and ``probe_after_ms``
+  (:func:`host_probe`, the median of a fixed pure-Python workload, timed right before the
+  batch is submitted and right after it drains; the report shows their mean). The
   same upstream code (``prepare``, ``sample``) ran 1.5-2x slower in one process than in the
   next on the same card; the probe says whether a process is slow at everything (the
   machine) or only inside the step (the mode's own work).
@@ -388,14 +389,25 @@ def report(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def _probe_mean(row: dict[str, Any] | None) -> float | None:
+    """The mean of the probes taken before and after the row's batch (before alone in rows
+    from before the second probe)."""
+    if row is None:
+        return None
+    values = [row.get(k) for k in ("probe_ms", "probe_after_ms")]
+    probes = [float(v) for v in values if isinstance(v, float | int)]
+    return sum(probes) / len(probes) if probes else None
+
+
 def _probe(row: dict[str, Any], stock: dict[str, Any] | None) -> str:
-    """The row's host probe, with proxima's over stock's of the same run."""
-    probe = row.get("probe_ms")
-    if not isinstance(probe, float | int):
+    """The row's host probe (the mean of before and after), with proxima's over stock's of
+    the same run."""
+    probe, base = _probe_mean(row), _probe_mean(stock)
+    if probe is None:
         return "–"
     cell = f"{probe:.2f}"
-    if row.get("mode") == "proxima" and stock and isinstance(stock.get("probe_ms"), float | int):
-        cell += f" ({probe / stock['probe_ms']:.2f})"
+    if row.get("mode") == "proxima" and base:
+        cell += f" ({probe / base:.2f})"
     return cell
 
 
@@ -443,6 +455,7 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             if sampler is not None:
                 sampler.stop()
+        probe_after = host_probe()  # the host can slow down mid-run: bracket the window
         row = summarize(rec, batch)
         if row is None:
             print(f"SKIPPED batch {batch}: no steady decode window", flush=True)
@@ -455,6 +468,7 @@ def main(argv: list[str] | None = None) -> None:
             max_num_seqs=a.max_num_seqs,
             run_s=round(time.perf_counter() - t, 2),
             probe_ms=probe,
+            probe_after_ms=probe_after,
             tag=a.tag,
             engine=info,
         )
