@@ -32,6 +32,8 @@ def main(spec_path: str, out_path: str) -> None:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.engine.llm_engine import LLMEngine
 
+    from vllm_proxima.scheduling.windows import worst_pages
+
     with open(spec_path) as f:
         spec: dict[str, Any] = json.load(f)
     t0 = time.perf_counter()
@@ -64,8 +66,6 @@ def main(spec_path: str, out_path: str) -> None:
         if view is None or shape is None or coordinator is None or shape.windows or shape.full != 1:
             return
         managers = coordinator.single_type_managers
-        from vllm_proxima.scheduling.windows import worst_pages
-
         blocks = managers[0].req_to_blocks
         for r in scheduler.running:
             final = min(r.num_prompt_tokens + r.max_tokens, view.max_model_len)
