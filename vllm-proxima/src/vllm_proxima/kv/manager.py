@@ -23,6 +23,7 @@ from vllm_proxima.kv.slot_blocks import EMPTY_SLOTS, RequestSlots, SlotBlocks
 from vllm_proxima.kv.slot_pool import SlotPool
 from vllm_proxima.kv.token_figures import TokenLayoutFigures
 from vllm_proxima.kv.token_residency import TokenResidencyIndex
+from vllm_proxima.upstream_compat import SCHEDULER_RECORDS_HITS
 
 if TYPE_CHECKING:
     from vllm.v1.request import Request
@@ -145,12 +146,8 @@ class ProximaKVCacheManager(SlotManagerContract, TokenLayoutFigures):
         # A peek: a waiting request may be looked up every step before it is
         # admitted; the cache is told once, when allocate_slots takes the hit.
         slots, hit = self.cache.match(tokens, ns, touch=False)
-        if self.log_stats and self.prefix_cache_stats is not None:
-            self.prefix_cache_stats.record(
-                num_tokens=request.num_tokens,
-                num_hits=hit,
-                preempted=request.num_preemptions > 0,
-            )
+        if not SCHEDULER_RECORDS_HITS:  # vLLM 0.26: the lookup records
+            self.record_prefix_cache_stats(request, hit)
         if hit == 0:
             return self.empty_kv_cache_blocks, 0, 0
         return SlotBlocks(slots), hit, 0

@@ -26,6 +26,7 @@ class SlotManagerContract:
     empty_kv_cache_blocks: SlotBlocks
     log_stats: bool
     prefix_cache_stats: Any
+    enable_caching: bool
 
     def get_blocks(self, request_id: str) -> SlotBlocks:
         held = self.req_slots.get(request_id)
@@ -47,6 +48,24 @@ class SlotManagerContract:
     def create_kv_cache_blocks(self, blocks: tuple[Any, ...]) -> SlotBlocks:
         slots = np.asarray(blocks[0], dtype=np.int32) if blocks else EMPTY_SLOTS
         return SlotBlocks(slots) if slots.size else self.empty_kv_cache_blocks
+
+    def prefix_cache_lookup_enabled(self, request: Request) -> bool:
+        """Whether a prefix-cache lookup may run for this request (upstream's rule)."""
+        return self.enable_caching and not request.skip_reading_prefix_cache
+
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
+        """Count one lookup and its hit for ``vllm:prefix_cache_*``: called by upstream's
+        scheduler at admission from vLLM 0.27 (a request looked up every step while it
+        waits counts once), by :meth:`get_computed_blocks` before."""
+        if not self.log_stats or self.prefix_cache_stats is None:
+            return
+        if not self.prefix_cache_lookup_enabled(request):
+            return
+        self.prefix_cache_stats.record(
+            num_tokens=request.num_tokens,
+            num_hits=num_hits,
+            preempted=request.num_preemptions > 0,
+        )
 
     def make_prefix_cache_stats(self) -> Any:
         if not self.log_stats:

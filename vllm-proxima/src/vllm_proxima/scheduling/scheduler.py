@@ -27,6 +27,7 @@ from vllm_proxima.kv.paged import PagedResidency, UnprojectableKVCache, kv_cache
 from vllm_proxima.kv.residency import ResidencyView, TokenResidency
 from vllm_proxima.metrics import to_deltas
 from vllm_proxima.scheduling.admission import AdmissionPolicy, make_admission_policy
+from vllm_proxima.upstream_compat import SCHEDULER_RECORDS_HITS
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -176,10 +177,12 @@ class ProximaSchedulerMixin:
     def _uncount_lookup(self, request: Request, new_computed_blocks: Any) -> None:
         """A deferred request is looked up in the prefix cache again next step: take
         this step's lookup back out of vLLM's prefix-cache stats, so
-        ``vllm:prefix_cache_queries`` counts each admission once, as without proxima."""
+        ``vllm:prefix_cache_queries`` counts each admission once, as without proxima.
+        From vLLM 0.27 upstream's scheduler records the lookup only at admission: nothing
+        to take back."""
         stats = getattr(self.kv_cache_manager, "prefix_cache_stats", None)
         view = self.residency_view
-        if stats is None or view is None or request.num_computed_tokens:
+        if SCHEDULER_RECORDS_HITS or stats is None or view is None or request.num_computed_tokens:
             return
         blocks = new_computed_blocks.blocks[0] if new_computed_blocks is not None else ()
         hits = len(blocks) * view.page_size
