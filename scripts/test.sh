@@ -12,6 +12,12 @@ t0=$(date +%s)
 bash scripts/setup.sh
 echo "[test] patch series round trip"
 PYTHONPATH=tools python3 -m proxima_tools.series check
+echo "[test] the series rebased onto the next vLLM release round trips too (patches/next/, docs/upstream/next.md)"
+for lock in patches/next/vllm-*.lock; do
+  [ -f "$lock" ] || continue
+  PYTHONPATH=tools python3 -m proxima_tools.upstream --lock "$lock" fetch --only sdist
+  PYTHONPATH=tools python3 -m proxima_tools.series --lock "$lock" --patches-dir "${lock%.lock}" check
+done
 echo "[test] ruff"
 "$VENV/bin/ruff" check vllm-proxima/src proxima-bench/src tools observability scripts tests
 echo "[test] mypy (runtime package; settings in pyproject.toml)"

@@ -481,3 +481,35 @@ def test_check_passes_on_the_real_sdist_and_series() -> None:
         pytest.skip(f"the pinned sdist is not cached: {exc}")
     problems = series.check_series(REPO_ROOT / "patches" / "vllm", source=sdist, version=VERSION)
     assert problems == []
+
+
+# ---------------------------------------------------- the next release's series
+
+NEXT_LOCKS = sorted((REPO_ROOT / "patches" / "next").glob("vllm-*.lock"))
+
+
+@pytest.mark.parametrize("lock", NEXT_LOCKS, ids=lambda p: p.stem)
+def test_next_series_carries_every_patch_of_the_pin(lock: Path) -> None:
+    """A patch added to (or dropped from) the pin's series must be rebased onto the next
+    release too: the two series list the same patches, in the same order (names are made
+    from subjects)."""
+    pin = series.read_series(REPO_ROOT / "patches" / "vllm" / "series").entries
+    nxt = series.read_series(lock.with_suffix("") / "series").entries
+    assert nxt == pin
+    version = upstream.upstream_version(upstream.load_lock(lock))
+    assert lock.stem == f"vllm-{version}"
+
+
+@pytest.mark.parametrize("lock", NEXT_LOCKS, ids=lambda p: p.stem)
+def test_next_series_round_trips_on_its_sdist(lock: Path) -> None:
+    """The rebased series applies to its release's sdist and exports back byte for byte."""
+    upstream_lock = upstream.load_lock(lock)
+    try:
+        sdist = upstream.fetch_artifact("sdist", lock=upstream_lock, offline=True)
+    except upstream.UpstreamError as exc:
+        pytest.skip(
+            f"{lock.stem}'s sdist is not cached (scripts/next_upstream.sh fetches it): {exc}"
+        )
+    version = upstream.upstream_version(upstream_lock)
+    problems = series.check_series(lock.with_suffix(""), source=sdist, version=version)
+    assert problems == []
