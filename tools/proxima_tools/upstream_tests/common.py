@@ -3,13 +3,19 @@ of a run, the log line and the profiles (which tests a run selects)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from proxima_tools import REPO_ROOT
 
-WORKDIR = REPO_ROOT / ".cache" / "upstream-tests"
+# PROXIMA_UPSTREAM_TESTS_DIR: another work folder, e.g. for the next release's tests
+# (scripts/next_upstream.sh, with PROXIMA_UPSTREAM_LOCK naming that release's lock).
+WORKDIR = Path(
+    os.environ.get("PROXIMA_UPSTREAM_TESTS_DIR") or REPO_ROOT / ".cache" / "upstream-tests"
+)
 
 
 KNOWN_FAILURES = REPO_ROOT / "tests" / "upstream" / "known_failures.txt"

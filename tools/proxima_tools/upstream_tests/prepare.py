@@ -25,7 +25,7 @@ from proxima_tools.upstream_tests.models import (
 from proxima_tools.upstream_tests.source import TestsSource, _sdist_pytest_ini, minimal_file_set
 
 # torchvision matching each torch minor release (torch's own release notes pair them).
-TORCHVISION_FOR_TORCH = {"2.11": "0.26.0"}
+TORCHVISION_FOR_TORCH = {"2.11": "0.26.0", "2.13": "0.28.0"}  # 2.13: vLLM 0.27 (next.md)
 
 
 EXTRAS_DIR = "site"
