@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.versions import UPSTREAM_VLLM
+
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "models" / "tiny-llama"
 SERVED = "tiny"
-# The vLLM these tests run on: the pin, or the next release (scripts/next_upstream.sh sets it).
-VLLM_VERSION = os.environ.get("PROXIMA_NEXT_VLLM") or "0.26.0"
 CPU_FLAGS = [
     "--enforce-eager",
     "--dtype",
@@ -134,7 +134,7 @@ def proxima_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]
 
 def test_start_line_names_versions_and_mode(proxima_server: Server) -> None:
     log = proxima_server.log.read_text()
-    assert f"proxima-vllm 0.1.0 on vLLM {VLLM_VERSION}: proxima on" in log
+    assert f"proxima-vllm 0.1.0 on vLLM {UPSTREAM_VLLM}: proxima on" in log
 
 
 def test_models(proxima_server: Server) -> None:
@@ -229,7 +229,7 @@ def test_vllm_cli_serve_with_proxima_off(tmp_path: Path) -> None:
         body = {"model": SERVED, "prompt": "Hello", "max_tokens": 5, "temperature": 0}
         data = json.loads(server.post("/v1/completions", body))
         assert data["usage"]["completion_tokens"] == 5
-        assert f"proxima-vllm 0.1.0 on vLLM {VLLM_VERSION}: proxima off" in server.log.read_text()
+        assert f"proxima-vllm 0.1.0 on vLLM {UPSTREAM_VLLM}: proxima off" in server.log.read_text()
         assert "proxima:kv_slots_total{" not in server.get("/metrics").decode()
     finally:
         server.stop()

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import importlib.metadata
-import os
 from pathlib import Path
 
 import pytest
 
 import vllm_proxima
+from tests.versions import UPSTREAM_VLLM
 from vllm_proxima import version_from_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = (REPO / "VERSION").read_text().strip()
-# The vLLM release the wheel is built on: the pin, or the next release
-# (scripts/next_upstream.sh sets PROXIMA_NEXT_VLLM).
-UPSTREAM = os.environ.get("PROXIMA_NEXT_VLLM") or "0.26.0"
 
 
 @pytest.mark.parametrize(
@@ -48,7 +45,7 @@ def test_installed_wheel_carries_the_version_file_and_vllm_stays_upstream() -> N
     if "+proxima." not in dist_version:
         pytest.skip(f"vllm {dist_version} is not our wheel")
     assert version_from_wheel(dist_version) == VERSION
-    assert vllm.__version__ == dist_version.partition("+")[0] == UPSTREAM
+    assert vllm.__version__ == dist_version.partition("+")[0] == UPSTREAM_VLLM
 
 
 def test_the_source_defines_no_version_literal() -> None:

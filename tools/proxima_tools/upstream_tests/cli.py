@@ -69,6 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_cmp = sub.add_parser("compare", help="compare a run's junit XML with the known failures")
     p_cmp.add_argument("--mode", choices=MODES, required=True)
     p_cmp.add_argument("--junit", type=Path, required=True)
+    p_cmp.add_argument(
+        "--against",
+        type=Path,
+        metavar="STOCK_JUNIT",
+        help="a stock run's junit XML of the same tests, instead of the known-failures file",
+    )
 
     p_base = sub.add_parser("baseline", help="run with stock vLLM and rewrite known_failures.txt")
     p_base.add_argument("--junit", type=Path, default=WORKDIR / "stock.xml")
@@ -85,13 +91,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     selection: list[str] = []
     if args.command in ("run", "baseline"):
-        selection = list(args.suite or PROFILES[args.profile].pytest_args())
+        selection = list(args.suite or PROFILES[args.profile].pytest_args(WORKDIR))
     if args.command == "run":
         return run_pytest(
             args.mode, args.junit, args.python, selection, args.timeout, args.pytest_args
         )
     if args.command == "compare":
-        comparison = compare(args.mode, read_junit(args.junit), KnownFailures.load())
+        if args.against is not None:
+            stock = read_junit(args.against)
+            if not stock.passed:
+                log(f"stock run {args.against} passed nothing: it broke, no bar to compare with")
+                return 2
+            print(f"stock: {stock.summary()}")
+            known = KnownFailures.from_stock_run(stock)
+        else:
+            known = KnownFailures.load()
+        comparison = compare(args.mode, read_junit(args.junit), known)
         print(comparison.report())
         return 0 if comparison.ok else 1
     # baseline
