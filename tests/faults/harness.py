@@ -158,8 +158,14 @@ class StreamWatcher(threading.Thread):
     """One streaming completion in a thread, recording how it ended.
 
     ``outcome`` once finished: ``complete`` (``max_tokens`` tokens, finish_reason ``length``,
-    ``[DONE]``), ``error-event`` (the server sent an error in the stream), ``cut`` (the stream
-    ended without ``[DONE]``), ``http-<status>``, or ``exception:<type>``.
+    ``[DONE]``), ``error-event`` (the server sent an error in the stream), ``cut`` (anything
+    else: no ``[DONE]``, another finish reason or fewer tokens; ``detail`` says which),
+    ``http-<status>``, or ``exception:<type>``.
+
+    Tokens are counted from the stream's closing ``usage`` chunk, not from the number of chunks:
+    vLLM merges the deltas a slow reader has not yet taken (``RequestOutputCollector``), so on a
+    busy machine one chunk can carry several tokens. A server that sends no usage chunk falls back
+    to the chunk count.
     """
 
     def __init__(self, server: Server, max_tokens: int, prompt: list[int]) -> None:
@@ -173,9 +179,12 @@ class StreamWatcher(threading.Thread):
             "temperature": 0.0,
             "ignore_eos": True,
             "stream": True,
+            "stream_options": {"include_usage": True},
         }
         self.chunks = 0
+        self.tokens: int | None = None  # completion_tokens of the usage chunk
         self.outcome = "running"
+        self.detail = ""
         self.started = threading.Event()  # set on the first token chunk
 
     def run(self) -> None:
@@ -192,6 +201,9 @@ class StreamWatcher(threading.Thread):
                     elif line.startswith("data: {"):
                         chunk = json.loads(line[6:])
                         error = error or "error" in chunk
+                        usage = chunk.get("usage") or {}
+                        if "completion_tokens" in usage:
+                            self.tokens = int(usage["completion_tokens"])
                         for choice in chunk.get("choices") or []:
                             self.chunks += 1
                             finish = choice.get("finish_reason") or finish
@@ -204,12 +216,14 @@ class StreamWatcher(threading.Thread):
             return
         finally:
             self.started.set()
+        tokens = self.chunks if self.tokens is None else self.tokens
         if error:
             self.outcome = "error-event"
-        elif done and finish == "length" and self.chunks == self.max_tokens:
+        elif done and finish == "length" and tokens == self.max_tokens:
             self.outcome = "complete"
         else:
             self.outcome = "cut"
+            self.detail = f"done={done} finish={finish} tokens={tokens} chunks={self.chunks}"
 
 
 def request_outcome(server: Server, timeout: float = 30) -> str:

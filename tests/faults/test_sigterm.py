@@ -55,6 +55,9 @@ def sigterm_in_flight(servers: ServerPool, mode: str) -> dict[str, Any]:
     return {
         "mode": mode,
         "in_flight": dict(Counter(s.outcome for s in streams)),
+        "cut_detail": [s.detail for s in streams if s.detail],
+        # streams where vLLM merged deltas (fewer chunks than tokens): a slow reader, not a fault
+        "merged": sum(s.tokens is not None and s.chunks < s.tokens for s in streams),
         "new_request": new_request,
         "exit_code": code,
         "exit_s": round(exit_s, 1),
