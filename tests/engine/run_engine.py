@@ -66,6 +66,8 @@ def main(spec_path: str, out_path: str) -> None:
         if view is None or shape is None or coordinator is None or shape.windows or shape.full != 1:
             return
         managers = coordinator.single_type_managers
+        if not managers:  # the token layout's stand-in coordinator (vLLM 0.32+) has no groups
+            return
         blocks = managers[0].req_to_blocks
         for r in scheduler.running:
             final = min(r.num_prompt_tokens + r.max_tokens, view.max_model_len)

@@ -78,7 +78,11 @@ def test_aborts_mid_prefill_and_mid_decode_leak_nothing(stock: dict, layout: str
 def test_pressure_fewer_preemptions_same_tokens(layout: str) -> None:
     # A KV pool of ~1,000 tokens for 20 requests of up to ~260 tokens each.
     load = prompts(20, 40, 160, seed=2, max_tokens=(40, 100))
-    tight = engine_kwargs(kv_cache_memory_bytes=1 << 20, max_num_batched_tokens=256)
+    # max_model_len 512 (requests need ~260): from vLLM 0.32 the pool must hold one request
+    # of max_model_len, and 1 MiB is just under the default 1,024 tokens' worth.
+    tight = engine_kwargs(
+        kv_cache_memory_bytes=1 << 20, max_num_batched_tokens=256, max_model_len=512
+    )
     stock = run_engine(mode(tight, "off"), load)
     prox = run_engine(mode(tight, "on", admission="adaptive", kv_layout=layout), load)
     assert stock["preemptions"] > 0

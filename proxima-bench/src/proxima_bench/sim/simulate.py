@@ -33,6 +33,7 @@ import numpy as np
 from proxima_bench.workloads.lengths import Baseline
 
 STOP_TOKEN = 7  # what the fake model samples; ends requests whose output is under max_tokens
+FILL_TOKEN = 8  # sampled instead while such a request is under its min_tokens
 
 
 @dataclass(slots=True)
@@ -256,6 +257,10 @@ def make_scheduler(
         parallel_config=ParallelConfig(**(parallel or {})),
         additional_config=additional,
     )
+    if getattr(vllm_config.cache_config, "kv_cache_layout", "") is None:
+        # vLLM 0.32+: the engine core resolves the physical layout from its workers; the
+        # simulator has none, so it pre-sets the identity layout (CacheConfig allows tools to).
+        vllm_config.cache_config.kv_cache_layout = "LBHNC"
     spec = FullAttentionSpec(
         block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
     )
@@ -444,8 +449,13 @@ def simulate(
             ):
                 prefill_tokens += n
             if request.num_computed_tokens >= request.num_tokens:
-                sampled.append([STOP_TOKEN])
-                if request.num_output_tokens + 1 >= targets[rid]:
+                last = request.num_output_tokens + 1 >= targets[rid]
+                # A request that ends on EOS samples it only at its true length, as vLLM's
+                # sampler masks stop tokens under min_tokens (from vLLM 0.32 the scheduler's
+                # stop check no longer looks at min_tokens, so the model must not offer it).
+                early = not last and request.sampling_params.stop_token_ids
+                sampled.append([FILL_TOKEN if early else STOP_TOKEN])
+                if last:
                     finishing += 1
             else:
                 sampled.append([])  # a prefill chunk: nothing sampled yet

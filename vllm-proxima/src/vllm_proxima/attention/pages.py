@@ -9,6 +9,8 @@ upstream's.
 
 from __future__ import annotations
 
+from typing import Any
+
 from vllm.v1.attention.backend import MultipleOf
 
 
@@ -20,7 +22,8 @@ class OneTokenPages:
         return "CUSTOM"
 
     @staticmethod
-    def get_supported_kernel_block_sizes() -> list[int | MultipleOf]:
+    def get_supported_kernel_block_sizes(kv_cache_spec: Any = None) -> list[int | MultipleOf]:
+        # vLLM 0.32+ passes the layer's KV cache spec; 0.26 passes nothing. Any size fits.
         return [MultipleOf(1)]
 
     @classmethod

@@ -150,6 +150,26 @@ class ProximaTorchAttentionImpl(AttentionImpl[ProximaTorchMetadata]):
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self.attn_type = attn_type
 
+    def _split(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values, each ``[num_slots, num_kv_heads, head_size]`` views.
+
+        vLLM 0.26 hands each layer ``[2, num_slots, 1, num_kv_heads, head_size]`` (this
+        backend's ``get_kv_cache_shape``). From 0.32 vLLM lays the cache out itself and hands
+        a logical ``[num_slots, num_kv_heads, 1, content]`` view whose content holds a
+        token's key then its value (as its CPU backend reads it); with 1-token pages the
+        page axis has size 1, so the views need no copy.
+        """
+        h, d = self.num_kv_heads, self.head_size
+        if kv_cache.dim() == 5:
+            return kv_cache[0].view(-1, h, d), kv_cache[1].view(-1, h, d)
+        if kv_cache.dim() != 4 or kv_cache.shape[2] != 1 or kv_cache.shape[3] != 2 * d:
+            raise ValueError(
+                f"proxima's torch backend reads 1-token pages; got a KV cache of shape "
+                f"{tuple(kv_cache.shape)} for {h} KV heads of size {d}"
+            )
+        pages = kv_cache[:, :, 0, :]  # [num_slots, num_kv_heads, 2 * head_size]
+        return pages[..., :d], pages[..., d:]
+
     def do_kv_cache_update(
         self,
         layer: torch.nn.Module,
@@ -162,8 +182,7 @@ class ProximaTorchAttentionImpl(AttentionImpl[ProximaTorchMetadata]):
         n = slot_mapping.shape[0]
         slots = slot_mapping.to(torch.long)
         valid = slots >= 0
-        key_cache = kv_cache[0].view(-1, self.num_kv_heads, self.head_size)
-        value_cache = kv_cache[1].view(-1, self.num_kv_heads, self.head_size)
+        key_cache, value_cache = self._split(kv_cache)
         if bool(valid.all()):
             key_cache.index_copy_(0, slots, key[:n])
             value_cache.index_copy_(0, slots, value[:n])
@@ -187,15 +206,15 @@ class ProximaTorchAttentionImpl(AttentionImpl[ProximaTorchMetadata]):
 
         Args:
             query: ``[num_tokens, num_heads, head_size]``
-            kv_cache: ``[2, num_slots, 1, num_kv_heads, head_size]``
+            kv_cache: ``[2, num_slots, 1, num_kv_heads, head_size]`` (vLLM 0.26) or
+                ``[num_slots, num_kv_heads, 1, 2 * head_size]`` (0.32+; see :meth:`_split`)
             output: ``[num_tokens, num_heads, head_size]``, written in place.
         """
         if output_scale is not None or output_block_scale is not None:
             raise NotImplementedError("fused output quantization is not supported")
         if attn_metadata is None:  # profiling run
             return output
-        key_cache = kv_cache[0].view(-1, self.num_kv_heads, self.head_size)
-        value_cache = kv_cache[1].view(-1, self.num_kv_heads, self.head_size)
+        key_cache, value_cache = self._split(kv_cache)
         m = attn_metadata
         if m.decode_only:
             self._decode(query, key_cache, value_cache, m, output)

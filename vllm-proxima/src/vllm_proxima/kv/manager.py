@@ -165,6 +165,7 @@ class ProximaKVCacheManager(SlotManagerContract, TokenLayoutFigures):
         full_sequence_must_fit: bool = False,
         reserved_blocks: int = 0,
         has_scheduled_reqs: bool = True,
+        skip_zeroing_group_ids: tuple[int, ...] = (),  # vLLM 0.32+; no zeroing at 1-token pages
     ) -> SlotBlocks | None:
         """Take slots for the request's new tokens; ``None`` on shortage.
 

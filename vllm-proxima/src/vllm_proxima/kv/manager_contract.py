@@ -19,8 +19,19 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 
+class _NoGroups:
+    """What vLLM 0.32+'s scheduler reads of ``kv_cache_manager.coordinator`` at start: the
+    per-group managers, to size a speculative step in blocks. The token layout has none
+    (and refuses speculative decoding), so the sum is 0."""
+
+    single_type_managers: tuple[Any, ...] = ()
+    enable_partial_hash_hits = False
+
+
 class SlotManagerContract:
     """Upstream's manager interface over ``req_slots`` (request id -> its slots)."""
+
+    coordinator = _NoGroups()
 
     req_slots: dict[str, RequestSlots]
     empty_kv_cache_blocks: SlotBlocks
@@ -114,3 +125,11 @@ class SlotManagerContract:
 
     def new_step_starts(self) -> None:
         return None
+
+    # vLLM 0.32+: hand-offs to a KV connector, which the token layout refuses.
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        return {}
+
+    def finalize_partial_tail_offloads(self, request: Request) -> list[tuple[int, int, int]]:
+        return []

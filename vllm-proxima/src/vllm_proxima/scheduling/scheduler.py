@@ -195,8 +195,19 @@ class ProximaSchedulerMixin:
             stats.queries -= request.num_tokens
             stats.hits -= hits
 
+    def _preemption_victim(self, req_index: int) -> Request:
+        """The victim, named before it is popped (vLLM 0.32+ checks in between that its
+        blocks can be freed, so the check must read the request popped next)."""
+        victim = self.running[self.admission.pick_victim(self.running, req_index)]
+        self._named_victim: Request | None = victim
+        return victim
+
     def _pop_preemption_victim(self, req_index: int) -> Request:  # type: ignore[override]
-        victim_index = self.admission.pick_victim(self.running, req_index)
+        named, self._named_victim = getattr(self, "_named_victim", None), None
+        # vLLM 0.32+: the one _preemption_victim named; vLLM 0.26: one call picks and pops.
+        victim_index = next((i for i, r in enumerate(self.running) if r is named), None)
+        if victim_index is None:
+            victim_index = self.admission.pick_victim(self.running, req_index)
         victim = self.running.pop(victim_index)
         self.admission.on_preempt(victim)
         return victim
