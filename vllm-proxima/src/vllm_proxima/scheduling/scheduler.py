@@ -198,15 +198,21 @@ class ProximaSchedulerMixin:
     def _preemption_victim(self, req_index: int) -> Request:
         """The victim, named before it is popped (vLLM 0.32+ checks in between that its
         blocks can be freed, so the check must read the request popped next)."""
-        victim = self.running[self.admission.pick_victim(self.running, req_index)]
-        self._named_victim: Request | None = victim
-        return victim
+        index = self.admission.pick_victim(self.running, req_index)
+        self._named_victim: tuple[int, Request] | None = (index, self.running[index])
+        return self.running[index]
 
     def _pop_preemption_victim(self, req_index: int) -> Request:  # type: ignore[override]
         named, self._named_victim = getattr(self, "_named_victim", None), None
-        # vLLM 0.32+: the one _preemption_victim named; vLLM 0.26: one call picks and pops.
-        victim_index = next((i for i, r in enumerate(self.running) if r is named), None)
-        if victim_index is None:
+        # vLLM 0.32+: the one _preemption_victim named (nothing moves in between; checked
+        # anyway); vLLM 0.26: one call picks and pops.
+        if (
+            named is not None
+            and named[0] < len(self.running)
+            and self.running[named[0]] is named[1]
+        ):
+            victim_index = named[0]
+        else:
             victim_index = self.admission.pick_victim(self.running, req_index)
         victim = self.running.pop(victim_index)
         self.admission.on_preempt(victim)
