@@ -54,3 +54,46 @@ def test_held_back_requests_are_counted_by_reason() -> None:
         assert stats.num_waiting_reqs == REQUESTS - running
     else:  # vLLM 0.26: in the skipped-waiting queue
         assert stats.num_skipped_waiting_reqs > 0
+
+
+def test_held_back_requests_mark_the_step_capacity_bound() -> None:
+    """DP prefill balancing skips throttling while the last admitting step left requests
+    waiting for capacity (``prefill_capacity_bound``). Requests the admission holds back are
+    waiting for capacity, on either release's queue: with fewer held back than the admission
+    passes over in one step (it skips them, and stops only at the fifth), vLLM 0.26's
+    ``waiting`` is empty after the step and upstream alone would read it as drained."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request
+
+    scheduler = make_scheduler(str(MODEL), {"admission": "conservative"}, 1024, max_num_seqs=64)
+    hasher = block_hasher(scheduler)
+    for i in range(5):
+        scheduler.add_request(
+            Request(
+                request_id=str(i),
+                prompt_token_ids=[3 + (i * 7 + j) % 900 for j in range(100)],
+                sampling_params=SamplingParams(max_tokens=200, ignore_eos=True),
+                pooling_params=None,
+                block_hasher=hasher,
+            )
+        )
+    scheduler.prefill_capacity_bound = False
+    scheduler.schedule()
+    held = 5 - len(scheduler.running)
+    assert 0 < held < 4 and scheduler.admission.stats()["admissions_deferred"] == held
+    assert scheduler.prefill_capacity_bound is True
+
+    # A step that holds nothing back and drains the queue records the opposite.
+    drained = make_scheduler(str(MODEL), {"admission": "conservative"}, 1024, max_num_seqs=64)
+    drained.add_request(
+        Request(
+            request_id="only",
+            prompt_token_ids=list(range(3, 103)),
+            sampling_params=SamplingParams(max_tokens=20, ignore_eos=True),
+            pooling_params=None,
+            block_hasher=block_hasher(drained),
+        )
+    )
+    drained.prefill_capacity_bound = True
+    drained.schedule()
+    assert drained.prefill_capacity_bound is False

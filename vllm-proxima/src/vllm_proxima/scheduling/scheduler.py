@@ -54,6 +54,7 @@ class ProximaSchedulerMixin:
     proxima_config: ProximaConfig
     admission: AdmissionPolicy
     residency_view: ResidencyView | None
+    prefill_capacity_bound: bool  # upstream's (DP prefill balancing)
 
     def _make_kv_cache_manager(self, **kwargs: Any) -> KVCacheManager:
         vllm_config: VllmConfig = self.vllm_config  # type: ignore[attr-defined]
@@ -67,6 +68,7 @@ class ProximaSchedulerMixin:
         self._steps = 0
         self._schedule_s = 0.0
         self._admission_s = 0.0
+        self._held_this_step = False  # the admission held a request back this step
         manager: KVCacheManager
         if self.proxima_config.token_layout:
             token_manager = self._make_token_manager(vllm_config, kwargs)
@@ -144,11 +146,30 @@ class ProximaSchedulerMixin:
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         self.admission.begin_step()
+        self._held_this_step = False
+        prefills_deferred = self._prefills_deferred(*args, **kwargs)
         try:
             return super().schedule(*args, **kwargs)  # type: ignore[misc]
         finally:
+            if self._held_this_step and not prefills_deferred:
+                self.prefill_capacity_bound = True
             self._schedule_s += time.perf_counter() - start
             self._steps += 1
+
+    def _prefills_deferred(self, throttle_prefills: bool = False, **_: Any) -> bool:
+        """Upstream's ``defer_prefills`` for the step about to run (DP prefill balancing).
+
+        On a step that is not deferred, upstream records ``prefill_capacity_bound =
+        bool(self.waiting)``: requests were left waiting for capacity, so the next throttled
+        step must not hold prefills back. On vLLM 0.26 a request the admission holds back
+        sits in the skipped-waiting queue, not in ``waiting``, so upstream would read a
+        capacity-bound step as drained; :meth:`schedule` sets the flag for it. (From 0.32
+        a held request stays in ``waiting`` and upstream counts it already.)"""
+        return (
+            bool(throttle_prefills)
+            and not getattr(self, "prefill_capacity_bound", True)
+            and any(not r.is_prefill_chunk for r in self.running)
+        )
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         from vllm.v1.request import RequestStatus
@@ -170,6 +191,7 @@ class ProximaSchedulerMixin:
             request, num_new_tokens, num_computed_tokens, new_computed_blocks, self.running
         )
         if decision != "admit":
+            self._held_this_step = True
             self._uncount_lookup(request, new_computed_blocks)
         self._admission_s += time.perf_counter() - start
         return decision
