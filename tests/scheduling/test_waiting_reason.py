@@ -10,6 +10,7 @@ under capacity, as a request whose allocation failed (docs/observability.md).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,23 +26,29 @@ pytestmark = pytest.mark.skipif(
 REQUESTS = 20
 
 
-def test_held_back_requests_are_counted_by_reason() -> None:
+def scheduler_with(requests: int, max_tokens: int = 200) -> Any:
+    """A conservative-admission scheduler over 1,024 slots with ``requests`` 100-token
+    prompts queued: each may grow to 100 + ``max_tokens`` tokens, so only a few fit at once."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request
 
-    # 1,024 slots; each request may grow to 100 + 200 tokens, so only a few fit at once.
     scheduler = make_scheduler(str(MODEL), {"admission": "conservative"}, 1024, max_num_seqs=64)
     hasher = block_hasher(scheduler)
-    for i in range(REQUESTS):
+    for i in range(requests):
         scheduler.add_request(
             Request(
                 request_id=str(i),
                 prompt_token_ids=[3 + (i * 7 + j) % 900 for j in range(100)],
-                sampling_params=SamplingParams(max_tokens=200, ignore_eos=True),
+                sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
                 pooling_params=None,
                 block_hasher=hasher,
             )
         )
+    return scheduler
+
+
+def test_held_back_requests_are_counted_by_reason() -> None:
+    scheduler = scheduler_with(REQUESTS)
     scheduler.schedule()
     stats = scheduler.make_stats()
     assert stats is not None
@@ -62,21 +69,7 @@ def test_held_back_requests_mark_the_step_capacity_bound() -> None:
     waiting for capacity, on either release's queue: with fewer held back than the admission
     passes over in one step (it skips them, and stops only at the fifth), vLLM 0.26's
     ``waiting`` is empty after the step and upstream alone would read it as drained."""
-    from vllm.sampling_params import SamplingParams
-    from vllm.v1.request import Request
-
-    scheduler = make_scheduler(str(MODEL), {"admission": "conservative"}, 1024, max_num_seqs=64)
-    hasher = block_hasher(scheduler)
-    for i in range(5):
-        scheduler.add_request(
-            Request(
-                request_id=str(i),
-                prompt_token_ids=[3 + (i * 7 + j) % 900 for j in range(100)],
-                sampling_params=SamplingParams(max_tokens=200, ignore_eos=True),
-                pooling_params=None,
-                block_hasher=hasher,
-            )
-        )
+    scheduler = scheduler_with(5)
     scheduler.prefill_capacity_bound = False
     scheduler.schedule()
     held = 5 - len(scheduler.running)
@@ -84,16 +77,8 @@ def test_held_back_requests_mark_the_step_capacity_bound() -> None:
     assert scheduler.prefill_capacity_bound is True
 
     # A step that holds nothing back and drains the queue records the opposite.
-    drained = make_scheduler(str(MODEL), {"admission": "conservative"}, 1024, max_num_seqs=64)
-    drained.add_request(
-        Request(
-            request_id="only",
-            prompt_token_ids=list(range(3, 103)),
-            sampling_params=SamplingParams(max_tokens=20, ignore_eos=True),
-            pooling_params=None,
-            block_hasher=block_hasher(drained),
-        )
-    )
+    drained = scheduler_with(1, max_tokens=20)
     drained.prefill_capacity_bound = True
     drained.schedule()
+    assert drained.admission.stats()["admissions_deferred"] == 0
     assert drained.prefill_capacity_bound is False
