@@ -168,6 +168,12 @@ def test_every_request_completed_on_every_mode(smoke: dict[str, Any]) -> None:
             if entry["point"] != "parity":
                 assert checks["client_prompt_len_mismatches"] == 0, tag
                 assert checks["server_generation_tokens"] == checks["expected_output_tokens"]
+            if entry["point"] != "parity":  # how the run ended, from the detailed result
+                tail = run["tail"]
+                assert tail["requests"] == checks["requests"], tag
+                assert 0 < tail["end_s"]["p50"] <= tail["end_s"]["max"], tag
+                assert tail["last"][0]["end_s"] == tail["end_s"]["max"], tag
+                assert tail["last"][0]["output"] > 0, tag
             counters = run["counters"]
             assert counters["preemptions"] == 0, tag
             assert counters["prefix_cache_queries"] >= counters["prefix_cache_hits"] >= 0
@@ -234,6 +240,7 @@ def test_report_lists_every_point(smoke: dict[str, Any]) -> None:
     ]
     if any(steps):  # the scheduler exports its step counters
         assert "### Scheduler CPU per step (ms)" in text
+    assert "### How the runs ended" in text and "| mix-burst | proxima | " in text
 
 
 def test_nothing_left_running(smoke: dict[str, Any]) -> None:

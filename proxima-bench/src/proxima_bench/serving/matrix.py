@@ -41,7 +41,8 @@ with ``stock`` (two stock servers: the machine's spread), ``NAME`` with
 ``stock-b``, compared with ``stock`` (three servers instead of four, so it fits
 where four of the model do not).
 
-Outputs in ``--out``: ``raw.json`` (rewritten atomically after every run),
+Outputs in ``--out``: ``raw.json`` (rewritten atomically after every run; each
+run keeps its ``tail``, how it ended: :mod:`.tail`),
 ``report.md`` and ``matrix-ratio.png`` (see :mod:`.matrix_report`),
 ``command.txt``, ``server-MODE.log`` per mode, ``bench.log``,
 ``workloads/``, ``results/`` (vLLM's JSON) and ``parity/`` (tokens and top
@@ -95,6 +96,7 @@ from proxima_bench.serving.server import (
     internal_port_env,
     tail,
 )
+from proxima_bench.serving.tail import run_tail
 from proxima_bench.serving.vllm_bench import BenchError, BenchRunner, bench_argv
 from proxima_bench.workloads import (
     TokenizerLike,
@@ -1325,6 +1327,7 @@ def _read_result(run: dict[str, Any], path: Path, prepared: Prepared) -> None:
     run["metrics"] = metrics
     run["errors"] = per_request.get("errors")
     run["checks"] = bench_checks(metrics, per_request, run["counters"], prepared)
+    run["tail"] = run_tail(result)
     if any(k is not None for k in prepared.kinds):
         run["classes"] = class_stats(prepared.kinds, per_request)
 

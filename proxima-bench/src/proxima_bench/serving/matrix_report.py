@@ -265,6 +265,43 @@ def scheduler_cpu_table(raw: dict[str, Any]) -> list[str]:
     return lines
 
 
+def tail_table(raw: dict[str, Any]) -> list[str]:
+    """How each run ended (:mod:`proxima_bench.serving.tail`): per point and mode, per
+    repeat, the last request's finish, how long after the one before it, and which request
+    it was (dataset index, input / output tokens, seconds it stalled). No lines when no run
+    kept a tail (runs before it was recorded)."""
+    runs = raw.get("runs", [])
+    modes = modes_of(raw)
+    if not any(_tail(e, m) for e in runs for m in modes):
+        return []
+    lines = [
+        "| point | mode | per repeat: last done s (after the one before; the request) |",
+        "|---|---|---|",
+    ]
+    for name in point_names(raw):
+        point_runs = entries(raw, name)
+        for mode in modes:
+            cells = [_tail_cell(_tail(e, mode)) for e in point_runs]
+            if any(c != "–" for c in cells):
+                lines.append(f"| {name} | {mode} | " + "; ".join(cells) + " |")
+    return lines
+
+
+def _tail(entry: dict[str, Any], mode: str) -> dict[str, Any] | None:
+    tail: dict[str, Any] | None = ((entry.get("modes") or {}).get(mode) or {}).get("tail")
+    return tail
+
+
+def _tail_cell(tail: dict[str, Any] | None) -> str:
+    if not tail or not tail.get("last"):
+        return "–"
+    last = tail["last"][0]
+    return (
+        f"{tail['end_s']['max']:.1f} (+{tail['last_gap_s']:.1f}; #{last['index']} "
+        f"{last['input']}/{last['output']}, stalled {last['stalled_s']:.1f} s)"
+    )
+
+
 def class_tables(raw: dict[str, Any]) -> list[str]:
     """Per-class latencies (mixed: short / long; chat: per turn), means over repeats."""
     lines: list[str] = []
@@ -436,6 +473,21 @@ def section(raw: dict[str, Any], folder: Path, heading: str) -> list[str]:
             ),
             "",
             *cpu,
+            "",
+        ]
+    ends = tail_table(raw)
+    if ends:
+        lines += [
+            "### How the runs ended",
+            "",
+            (
+                "The last request's finish (s from the first start), how long after the one "
+                "before it, and which it was: dataset index, input/output tokens, seconds its "
+                "stream stalled (gaps over 0.2 s). A gap in tok/s that is one request's shows "
+                "here."
+            ),
+            "",
+            *ends,
             "",
         ]
     lines += class_tables(raw)

@@ -1,0 +1,76 @@
+"""How a run ended: when its requests finished, and what the last ones waited.
+
+A point whose requests all start at once (a burst, the long-output point) is measured over its
+makespan: output tok/s is the output over the time the *last* request took. One request that
+waited long for KV can move that by several per cent while every other request finished as
+early as in the other mode (h100-lease3-2026-12-07: proxima's first preemption victim finished
+2.9 s after the 63rd request). The tail says whether a gap is the whole run's or a few
+requests'. It is read from ``vllm bench serve``'s detailed result (``--save-detailed``): each
+request's start, TTFT and inter-token latencies. A gap between two tokens over
+:data:`STALL_S` is a stall: the request waited (preempted, or held behind a prefill).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STALL_S = 0.2
+"""An inter-token gap this long (seconds) counts as a stall: a decode step takes ~5-50 ms."""
+LAST = 3
+"""The last requests described one by one."""
+
+
+def run_tail(result: dict[str, Any], last: int = LAST) -> dict[str, Any] | None:
+    """The end of one run from vLLM's saved result, or ``None`` without per-request data.
+
+    Returns ``end_s`` (the finish times' P50, P90 and max, in seconds from the first
+    request's start), ``last_gap_s`` (the last finish after the one before it) and ``last``:
+    the last ``last`` requests to finish, latest first, each with its dataset ``index``,
+    ``input`` and ``output`` tokens, ``end_s``, and ``stalled_s`` over ``stalls`` stalls.
+    Failed requests (no TTFT) are left out.
+    """
+    starts = result.get("start_times") or []
+    ttfts = result.get("ttfts") or []
+    itls = result.get("itls") or []
+    if not starts or len(ttfts) != len(starts) or len(itls) != len(starts):
+        return None
+    inputs = result.get("input_lens") or [None] * len(starts)
+    outputs = result.get("output_lens") or [None] * len(starts)
+    t0 = min(starts)
+    done: list[dict[str, Any]] = []
+    for i, (start, ttft, gaps) in enumerate(zip(starts, ttfts, itls, strict=True)):
+        if not ttft or gaps is None:
+            continue
+        stalls = [g for g in gaps if g > STALL_S]
+        done.append(
+            {
+                "index": i,
+                "input": inputs[i],
+                "output": outputs[i],
+                "end_s": round(start - t0 + ttft + sum(gaps), 3),
+                "stalled_s": round(sum(stalls), 3),
+                "stalls": len(stalls),
+            }
+        )
+    if not done:
+        return None
+    done.sort(key=lambda r: r["end_s"])
+    ends = [r["end_s"] for r in done]
+    return {
+        "requests": len(done),
+        "end_s": {
+            "p50": _quantile(ends, 0.5),
+            "p90": _quantile(ends, 0.9),
+            "max": ends[-1],
+        },
+        "last_gap_s": round(ends[-1] - ends[-2], 3) if len(ends) > 1 else 0.0,
+        "last": done[::-1][:last],
+    }
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between the closest ranks (NumPy's default)."""
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return round(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo), 3)
