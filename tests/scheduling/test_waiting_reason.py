@@ -82,3 +82,17 @@ def test_held_back_requests_mark_the_step_capacity_bound() -> None:
     drained.schedule()
     assert drained.admission.stats()["admissions_deferred"] == 0
     assert drained.prefill_capacity_bound is False
+
+
+def test_a_throttled_step_leaves_the_flag_to_upstream() -> None:
+    """On a step where upstream defers prefills (throttled, not capacity-bound, decodes
+    running) it records nothing, and neither does proxima; the engine core passes
+    ``throttle_prefills`` positionally, as here."""
+    scheduler = scheduler_with(5)
+    scheduler.schedule()  # admits a few, holds the rest back
+    assert scheduler.running and all(not r.is_prefill_chunk for r in scheduler.running)
+    scheduler.prefill_capacity_bound = False
+    scheduler.schedule(True)  # throttle_prefills, passed as upstream's engine core passes it
+    assert scheduler.prefill_capacity_bound is False
+    scheduler.schedule(throttle_prefills=False)  # a release step: capacity-bound again
+    assert scheduler.prefill_capacity_bound is True

@@ -156,7 +156,7 @@ class ProximaSchedulerMixin:
             self._schedule_s += time.perf_counter() - start
             self._steps += 1
 
-    def _prefills_deferred(self, throttle_prefills: bool = False, **_: Any) -> bool:
+    def _prefills_deferred(self, *args: Any, **kwargs: Any) -> bool:
         """Upstream's ``defer_prefills`` for the step about to run (DP prefill balancing).
 
         On a step that is not deferred, upstream records ``prefill_capacity_bound =
@@ -164,7 +164,11 @@ class ProximaSchedulerMixin:
         step must not hold prefills back. On vLLM 0.26 a request the admission holds back
         sits in the skipped-waiting queue, not in ``waiting``, so upstream would read a
         capacity-bound step as drained; :meth:`schedule` sets the flag for it. (From 0.32
-        a held request stays in ``waiting`` and upstream counts it already.)"""
+        a held request stays in ``waiting`` and upstream counts it already.) On a deferred
+        step upstream records nothing; its waiting prefills are passed over before admission
+        is asked, so the guard is for a request whose prompt was cached but for its last
+        token."""
+        throttle_prefills = kwargs.get("throttle_prefills", args[0] if args else False)
         return (
             bool(throttle_prefills)
             and not getattr(self, "prefill_capacity_bound", True)
