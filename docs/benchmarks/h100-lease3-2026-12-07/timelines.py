@@ -2,10 +2,12 @@
 (`--save-detailed`: start times, TTFTs and inter-token latencies), condensed to when each request
 finished and where its stream stalled (an inter-token gap over 0.2 s: a preemption's wait).
 
-    python3 docs/benchmarks/h100-lease3-2026-12-07/timelines.py OUT.json RESULTS_DIR[=LABEL] ...
+    PYTHONPATH=proxima-bench/src \
+        python3 docs/benchmarks/h100-lease3-2026-12-07/timelines.py OUT.json RESULTS_DIR[=LABEL] ...
 
 RESULTS_DIR is a matrix's `results/` folder (in the plan's `proof-matrix-7b.tgz`, not kept here:
-~6 MB). Prints the tail of every long-output run.
+~6 MB). Prints the tail of every long-output run, with the output tok/s up to the run's P90
+finish (`proxima_bench.serving.tail`: the rate before the tail).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from proxima_bench.serving.tail import run_tail
 
 STALL_S = 0.2
 
@@ -40,7 +44,14 @@ def condense(path: Path) -> dict[str, Any]:
                 "stalls": stalls,
             }
         )
-    return {"duration_s": d["duration"], "requests": requests}
+    tail = run_tail(d) or {}
+    return {
+        "duration_s": d["duration"],
+        "output_tok_s": d["output_throughput"],
+        "until_p90_tok_s": tail.get("until_p90_tok_s"),
+        "p90_end_s": (tail.get("end_s") or {}).get("p90"),
+        "requests": requests,
+    }
 
 
 def main() -> None:
@@ -58,7 +69,9 @@ def main() -> None:
         print(
             f"{name}: 63rd done {ends[-2]['end_s']:.1f} s, last {last['end_s']:.1f} s "
             f"(request {last['index']}, {last['input']} in / {last['output']} out, "
-            f"stalled {waited:.1f} s in {len(last['stalls'])} waits)"
+            f"stalled {waited:.1f} s in {len(last['stalls'])} waits); "
+            f"{run['output_tok_s']:.0f} tok/s, {run['until_p90_tok_s']:.0f} until the P90 finish "
+            f"({run['p90_end_s']:.1f} s)"
         )
 
 

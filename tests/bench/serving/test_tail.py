@@ -54,8 +54,11 @@ def test_the_last_request_and_its_stalls() -> None:
         "stalls": 1,
     }
     assert last[1]["stalls"] == 0
-    # P50 between the 2nd and 3rd of 1.5, 2.5, 4.7, 6.5
+    # P50 between the 2nd and 3rd of 1.5, 2.5, 4.7, 6.5; P90 70 % of the way from 4.7 to 6.5
     assert tail["end_s"]["p50"] == pytest.approx(3.6)
+    assert tail["end_s"]["p90"] == pytest.approx(5.96)
+    # tokens out by 5.96 s: all of #0 (11), #1 (21) and #3 (32), #2's 6 before its wait
+    assert tail["until_p90_tok_s"] == pytest.approx(round(70 / 5.96, 1))
 
 
 def test_failed_requests_are_left_out_and_no_data_gives_none() -> None:
@@ -102,8 +105,9 @@ def test_report_shows_how_the_runs_ended(tmp_path: Path) -> None:
     (tmp_path / "a" / "raw.json").write_text(json.dumps(raw))
     text = mr.write_report([tmp_path / "a"], plots=False).read_text()
     assert "### How the runs ended" in text
-    assert "| longout-c64 | stock | 1.7 (+0.2; #1 20/13, stalled 0.0 s) |" in text
-    assert "| longout-c64 | proxima | 6.5 (+5.0; #1 20/12, stalled 5.0 s) |" in text
+    # the rate before the tail: stock 23 tokens by 1.68 s; proxima 18 by 6.0 s (#1's wait)
+    assert "| longout-c64 | stock | 1.7 (+0.2; #1 20/13, stalled 0.0 s), 13.7 |" in text
+    assert "| longout-c64 | proxima | 6.5 (+5.0; #1 20/12, stalled 5.0 s), 3.0 |" in text
     assert "| mix-c32 | stock |" not in text.split("### How the runs ended")[1]
     # no tails at all: no section
     for entry in raw["runs"]:

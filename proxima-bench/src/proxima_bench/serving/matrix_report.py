@@ -275,7 +275,10 @@ def tail_table(raw: dict[str, Any]) -> list[str]:
     if not any(_tail(e, m) for e in runs for m in modes):
         return []
     lines = [
-        "| point | mode | per repeat: last done s (after the one before; the request) |",
+        (
+            "| point | mode | per repeat: last done s (after the one before; the request); "
+            "tok/s until the P90 finish |"
+        ),
         "|---|---|---|",
     ]
     for name in point_names(raw):
@@ -296,9 +299,11 @@ def _tail_cell(tail: dict[str, Any] | None) -> str:
     if not tail or not tail.get("last"):
         return "–"
     last = tail["last"][0]
+    rate = tail.get("until_p90_tok_s")
     return (
         f"{tail['end_s']['max']:.1f} (+{tail['last_gap_s']:.1f}; #{last['index']} "
         f"{last['input']}/{last['output']}, stalled {last['stalled_s']:.1f} s)"
+        + (f", {rate:,.1f}" if rate is not None else "")
     )
 
 
@@ -483,8 +488,9 @@ def section(raw: dict[str, Any], folder: Path, heading: str) -> list[str]:
             (
                 "The last request's finish (s from the first start), how long after the one "
                 "before it, and which it was: dataset index, input/output tokens, seconds its "
-                "stream stalled (gaps over 0.2 s). A gap in tok/s that is one request's shows "
-                "here."
+                "stream stalled (gaps over 0.2 s); then the output tok/s up to the P90 finish, "
+                "the rate before the tail. A gap in tok/s that is one request's shows here: "
+                "the rates before the tail are equal."
             ),
             "",
             *ends,

@@ -27,7 +27,8 @@ def run_tail(result: dict[str, Any], last: int = LAST) -> dict[str, Any] | None:
     request's start), ``last_gap_s`` (the last finish after the one before it) and ``last``:
     the last ``last`` requests to finish, latest first, each with its dataset ``index``,
     ``input`` and ``output`` tokens, ``end_s``, and ``stalled_s`` over ``stalls`` stalls.
-    Failed requests (no TTFT) are left out.
+    ``until_p90_tok_s`` is the output tok/s up to the P90 finish: the run's rate before its
+    tail, which one late request does not move. Failed requests (no TTFT) are left out.
     """
     starts = result.get("start_times") or []
     ttfts = result.get("ttfts") or []
@@ -38,9 +39,15 @@ def run_tail(result: dict[str, Any], last: int = LAST) -> dict[str, Any] | None:
     outputs = result.get("output_lens") or [None] * len(starts)
     t0 = min(starts)
     done: list[dict[str, Any]] = []
+    token_times: list[float] = []
     for i, (start, ttft, gaps) in enumerate(zip(starts, ttfts, itls, strict=True)):
         if not ttft or gaps is None:
             continue
+        t = start - t0 + ttft
+        token_times.append(t)
+        for gap in gaps:
+            t += gap
+            token_times.append(t)
         stalls = [g for g in gaps if g > STALL_S]
         done.append(
             {
@@ -56,13 +63,16 @@ def run_tail(result: dict[str, Any], last: int = LAST) -> dict[str, Any] | None:
         return None
     done.sort(key=lambda r: r["end_s"])
     ends = [r["end_s"] for r in done]
+    p90 = _quantile(ends, 0.9)
+    until_p90 = sum(1 for t in token_times if t <= p90 + 5e-4)  # end_s is rounded to 1 ms
     return {
         "requests": len(done),
         "end_s": {
             "p50": _quantile(ends, 0.5),
-            "p90": _quantile(ends, 0.9),
+            "p90": p90,
             "max": ends[-1],
         },
+        "until_p90_tok_s": round(until_p90 / p90, 1) if p90 > 0 else None,
         "last_gap_s": round(ends[-1] - ends[-2], 3) if len(ends) > 1 else 0.0,
         "last": done[::-1][:last],
     }
