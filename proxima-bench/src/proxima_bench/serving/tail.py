@@ -2,17 +2,20 @@
 
 A point whose requests all start at once (a burst, the long-output point) is measured over its
 makespan: output tok/s is the output over the time the *last* request took. One request that
-waited long for KV can move that by several per cent while every other request finished as
-early as in the other mode (h100-lease3-2026-12-07: proxima's first preemption victim finished
-2.9 s after the 63rd request). The tail says whether a gap is the whole run's or a few
-requests'. It is read from ``vllm bench serve``'s detailed result (``--save-detailed``): each
-request's start, TTFT and inter-token latencies. A gap between two tokens over
-:data:`STALL_S` is a stall: the request waited (preempted, or held behind a prefill).
+waited long for KV can move that by several per cent (h100-lease3-2026-12-07: proxima's first
+preemption victim finished 2.9 s after the 63rd request, on top of a rate ~1 % under stock's
+before the tail). The tail and the rate before it say how much of a gap is the whole run's and
+how much a few requests'. It is read from ``vllm bench serve``'s detailed result
+(``--save-detailed``): each request's start, TTFT and inter-token latencies. A gap between two
+tokens over :data:`STALL_S` is a stall: the request waited (preempted, or held behind a
+prefill).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 STALL_S = 0.2
 """An inter-token gap this long (seconds) counts as a stall: a decode step takes ~5-50 ms."""
@@ -63,12 +66,12 @@ def run_tail(result: dict[str, Any], last: int = LAST) -> dict[str, Any] | None:
         return None
     done.sort(key=lambda r: r["end_s"])
     ends = [r["end_s"] for r in done]
-    p90 = _quantile(ends, 0.9)
+    p50, p90 = (round(float(q), 3) for q in np.percentile(ends, (50, 90)))
     until_p90 = sum(1 for t in token_times if t <= p90 + 5e-4)  # end_s is rounded to 1 ms
     return {
         "requests": len(done),
         "end_s": {
-            "p50": _quantile(ends, 0.5),
+            "p50": p50,
             "p90": p90,
             "max": ends[-1],
         },
@@ -76,11 +79,3 @@ def run_tail(result: dict[str, Any], last: int = LAST) -> dict[str, Any] | None:
         "last_gap_s": round(ends[-1] - ends[-2], 3) if len(ends) > 1 else 0.0,
         "last": done[::-1][:last],
     }
-
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between the closest ranks (NumPy's default)."""
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return round(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo), 3)
