@@ -55,6 +55,7 @@ class ProximaSchedulerMixin:
     admission: AdmissionPolicy
     residency_view: ResidencyView | None
     prefill_capacity_bound: bool  # upstream's (DP prefill balancing)
+    _named_victim: tuple[int, Request] | None = None  # (index in running, request): see below
 
     def _make_kv_cache_manager(self, **kwargs: Any) -> KVCacheManager:
         vllm_config: VllmConfig = self.vllm_config  # type: ignore[attr-defined]
@@ -225,11 +226,11 @@ class ProximaSchedulerMixin:
         """The victim, named before it is popped (vLLM 0.32+ checks in between that its
         blocks can be freed, so the check must read the request popped next)."""
         index = self.admission.pick_victim(self.running, req_index)
-        self._named_victim: tuple[int, Request] | None = (index, self.running[index])
+        self._named_victim = (index, self.running[index])
         return self.running[index]
 
     def _pop_preemption_victim(self, req_index: int) -> Request:  # type: ignore[override]
-        named, self._named_victim = getattr(self, "_named_victim", None), None
+        named, self._named_victim = self._named_victim, None
         # vLLM 0.32+: the one _preemption_victim named (nothing moves in between; checked
         # anyway); vLLM 0.26: one call picks and pops.
         if (
